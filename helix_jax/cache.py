@@ -1,0 +1,248 @@
+"""Rank-local paged MLA KV cache for Helix CP (HELIX_SEMANTICS.md §2.3, §4, §10.1).
+
+Each CP rank keeps a pool of pages ``c_latent [N, P, 512]`` / ``k_rope [N, P, 64]`` and, per
+sequence, a table of its *local* pages. Rank ``r``'s local page ``k`` of a sequence holds the global
+positions ``[(k*cp + r)*P, (k*cp + r + 1)*P)``, so rank-local index ``s`` = ``L_r(pos)`` lives at
+``pool[page_table[b, s // P], s % P]``.
+
+Globally the pools are stacked along axis 0 (``[cp*N, P, D]``) and the tables along a leading rank
+axis (``[cp, B, pages_per_seq]``), both sharded over the ``cp`` mesh axis, so that inside
+``shard_map`` each rank sees exactly its own ``[N, P, D]`` pool and ``[1, B, pages_per_seq]`` table.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from . import ledger
+
+__all__ = ["MLAPages", "HelixMLACache", "append_kv", "LATENT_DIM", "ROPE_DIM"]
+
+LATENT_DIM = 512
+ROPE_DIM = 64
+
+
+class MLAPages(NamedTuple):
+    """One rank's paged MLA KV: ``c_latent [N, P, Dl]`` and RoPE'd ``k_rope [N, P, Dr]``."""
+    c_latent: jax.Array
+    k_rope: jax.Array
+
+
+def append_kv(pages: MLAPages, page_table, local_slots, c_latent_new, k_rope_new) -> MLAPages:
+    """Write new KV rows at rank-local slots (§4 step 3); slot -1 means "not mine", skipped.
+
+    Args:
+      pages: this rank's pool, ``[N, P, Dl]`` / ``[N, P, Dr]``.
+      page_table: ``[B, pages_per_seq]`` local page ids.
+      local_slots: ``[B, G]`` rank-local indices (``-1`` = skip).
+      c_latent_new: ``[B, G, Dl]``; k_rope_new: ``[B, G, Dr]`` (already RoPE'd at global positions).
+    """
+    n, p = pages.c_latent.shape[:2]
+    npp = page_table.shape[1]
+    slots = jnp.asarray(local_slots, jnp.int32)
+    page_idx = jnp.clip(slots // p, 0, npp - 1)
+    page = jnp.take_along_axis(page_table, page_idx, axis=1)
+    ok = (slots >= 0) & (slots < npp * p)
+    page = jnp.where(ok, page, n)  # out of range -> dropped by the scatter
+    off = jnp.where(ok, slots % p, 0)
+    c = pages.c_latent.at[page, off].set(c_latent_new.astype(pages.c_latent.dtype), mode="drop")
+    k = pages.k_rope.at[page, off].set(k_rope_new.astype(pages.k_rope.dtype), mode="drop")
+    return MLAPages(c, k)
+
+
+def _check_int(name, v, lo=1):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+        raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
+
+
+@jax.tree_util.register_pytree_node_class
+@dataclasses.dataclass(frozen=True)
+class HelixMLACache:
+    """Per-rank paged MLA cache sharded over a ``cp`` mesh axis (a pytree).
+
+    Fields (global view):
+      c_latent: ``[cp*N, P, 512]`` latent rows, rank r's pool = rows ``[r*N, (r+1)*N)``.
+      k_rope:   ``[cp*N, P, 64]`` RoPE'd key rows.
+      page_table: ``[cp, B, pages_per_seq]`` int32 local page ids per rank.
+      lens: ``[B]`` int32 committed global length per sequence (replicated).
+    Static: ``mesh``, ``axis_name``, ``page_size``.
+    """
+    c_latent: jax.Array
+    k_rope: jax.Array
+    page_table: jax.Array
+    lens: jax.Array
+    mesh: Mesh = dataclasses.field(metadata=dict(static=True))
+    axis_name: str = dataclasses.field(default="cp", metadata=dict(static=True))
+    page_size: int = dataclasses.field(default=64, metadata=dict(static=True))
+
+    # -- pytree -----------------------------------------------------------------------------
+    def tree_flatten(self):
+        return (self.c_latent, self.k_rope, self.page_table, self.lens), (
+            self.mesh, self.axis_name, self.page_size)
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        obj = object.__new__(cls)
+        for name, v in zip(("c_latent", "k_rope", "page_table", "lens"), children):
+            object.__setattr__(obj, name, v)
+        for name, v in zip(("mesh", "axis_name", "page_size"), aux):
+            object.__setattr__(obj, name, v)
+        return obj
+
+    def replace(self, **kw) -> "HelixMLACache":
+        bad = kw.keys() - {"c_latent", "k_rope", "page_table", "lens"}
+        if bad:
+            raise ValueError(f"replace: only array fields can change, got {sorted(bad)}")
+        return dataclasses.replace(self, **kw)
+
+    # -- derived ----------------------------------------------------------------------------
+    @property
+    def cp_size(self) -> int:
+        return int(self.mesh.shape[self.axis_name])
+
+    @property
+    def batch(self) -> int:
+        return int(self.page_table.shape[1])
+
+    @property
+    def pages_per_seq(self) -> int:
+        return int(self.page_table.shape[2])
+
+    @property
+    def num_pages(self) -> int:
+        """Pages in each rank's pool."""
+        return int(self.c_latent.shape[0]) // self.cp_size
+
+    @property
+    def capacity(self) -> int:
+        """Global tokens each sequence can hold."""
+        return ledger.capacity(self.pages_per_seq, page_size=self.page_size, cp_size=self.cp_size)
+
+    @property
+    def dtype(self):
+        return self.c_latent.dtype
+
+    def specs(self) -> "HelixMLACache":
+        """The cache's PartitionSpecs as a pytree of the same structure (for ``shard_map``)."""
+        a = self.axis_name
+        return jax.tree_util.tree_unflatten(
+            jax.tree_util.tree_structure(self), [P(a), P(a), P(a), P()])
+
+    def rank_pages(self, rank: int) -> tuple[MLAPages, jax.Array]:
+        """Host-side view of one rank's pool and page table (for inspection and tests)."""
+        n = self.num_pages
+        sl = slice(rank * n, (rank + 1) * n)
+        return MLAPages(self.c_latent[sl], self.k_rope[sl]), self.page_table[rank]
+
+    # -- constructors -----------------------------------------------------------------------
+    @classmethod
+    def empty(cls, batch: int, *, mesh: Mesh, page_size: int, max_len: int, dtype=jnp.bfloat16,
+              axis_name: str = "cp", num_pages: int | None = None) -> "HelixMLACache":
+        """An all-zero cache with room for ``max_len`` global tokens per sequence."""
+        _check_int("batch", batch)
+        z_lat = jnp.zeros((batch, 0, LATENT_DIM), dtype)
+        z_rope = jnp.zeros((batch, 0, ROPE_DIM), dtype)
+        return cls.from_global(z_lat, z_rope, jnp.zeros((batch,), jnp.int32), mesh=mesh,
+                               page_size=page_size, max_len=max_len, axis_name=axis_name,
+                               num_pages=num_pages)
+
+    @classmethod
+    def from_global(cls, c_latent, k_rope, lens, *, mesh: Mesh, page_size: int, max_len: int,
+                    axis_name: str = "cp", num_pages: int | None = None,
+                    shuffle_pages: int | None = None) -> "HelixMLACache":
+        """Prefill hand-off: distribute a global KV ``[B, L, 512]`` / ``[B, L, 64]`` by the ledger.
+
+        Args:
+          c_latent: ``[B, L, 512]`` latent rows of positions ``0..L-1``.
+          k_rope: ``[B, L, 64]`` RoPE'd (at global positions) key rows.
+          lens: ``[B]`` valid length of each sequence (``<= L``, ``<= max_len``).
+          mesh: mesh with a ``axis_name`` axis of size cp.
+          page_size: tokens per page ``P``.
+          max_len: global tokens each sequence must be able to hold (prompt + generation).
+          num_pages: pages per rank pool (default ``B * pages_per_seq``; more leaves spare pages).
+          shuffle_pages: if given, a seed for a random page assignment (tests, realism).
+        """
+        if not isinstance(mesh, Mesh):
+            raise ValueError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
+        if axis_name not in mesh.shape:
+            raise ValueError(f"axis_name {axis_name!r} is not an axis of the mesh {dict(mesh.shape)}")
+        _check_int("page_size", page_size)
+        _check_int("max_len", max_len)
+        c_latent = jnp.asarray(c_latent)
+        k_rope = jnp.asarray(k_rope)
+        lens = jnp.asarray(lens)
+        if c_latent.ndim != 3 or c_latent.shape[-1] != LATENT_DIM:
+            raise ValueError(f"c_latent must have shape [B, L, {LATENT_DIM}], got {c_latent.shape}")
+        b, length = c_latent.shape[:2]
+        if k_rope.shape != (b, length, ROPE_DIM):
+            raise ValueError(f"k_rope must have shape [B, L, {ROPE_DIM}] = {(b, length, ROPE_DIM)}, got {k_rope.shape}")
+        if not jnp.issubdtype(c_latent.dtype, jnp.floating) or k_rope.dtype != c_latent.dtype:
+            raise ValueError(f"c_latent and k_rope must share one floating dtype, got {c_latent.dtype} and {k_rope.dtype}")
+        if lens.shape != (b,) or not jnp.issubdtype(lens.dtype, jnp.integer):
+            raise ValueError(f"lens must be an int array of shape [B]={(b,)}, got {lens.shape} {lens.dtype}")
+        lens_h = np.asarray(lens)
+        if np.any(lens_h < 0) or np.any(lens_h > length) or np.any(lens_h > max_len):
+            raise ValueError(f"lens must lie in [0, min(L={length}, max_len={max_len})], got {lens_h.tolist()}")
+        cp = int(mesh.shape[axis_name])
+        npp = ledger.pages_per_rank(max_len, page_size=page_size, cp_size=cp)
+        need = b * npp
+        if num_pages is None:
+            num_pages = need
+        _check_int("num_pages", num_pages)
+        if num_pages < need:
+            raise ValueError(f"num_pages={num_pages} per rank cannot hold {b} sequences x {npp} pages = {need}")
+        if shuffle_pages is None:
+            tables = np.broadcast_to(np.arange(need, dtype=np.int32).reshape(b, npp), (cp, b, npp))
+        else:
+            rng = np.random.default_rng(shuffle_pages)
+            tables = np.stack([rng.permutation(num_pages)[:need].reshape(b, npp) for _ in range(cp)])
+        tables = np.ascontiguousarray(tables, dtype=np.int32)
+        lat, rope = _distribute(c_latent, k_rope, lens.astype(jnp.int32), jnp.asarray(tables),
+                                page_size=page_size, cp=cp, num_pages=num_pages)
+        shard = NamedSharding(mesh, P(axis_name))
+        return cls(c_latent=jax.device_put(lat, shard), k_rope=jax.device_put(rope, shard),
+                   page_table=jax.device_put(jnp.asarray(tables), shard),
+                   lens=jax.device_put(lens.astype(jnp.int32), NamedSharding(mesh, P())),
+                   mesh=mesh, axis_name=axis_name, page_size=page_size)
+
+    def to_global(self, length: int | None = None):
+        """Inverse of :meth:`from_global`: gather ``[B, length, 512]`` / ``[B, length, 64]`` (host view)."""
+        length = self.capacity if length is None else length
+        cp, p, n = self.cp_size, self.page_size, self.num_pages
+        pos = np.arange(length)
+        r = (pos // p) % cp
+        s = np.asarray(ledger.local_len(pos, r, page_size=p, cp_size=cp))
+        tables = np.asarray(self.page_table)                      # [cp, B, npp]
+        page = tables[r[None, :].repeat(self.batch, 0), np.arange(self.batch)[:, None], s // p]
+        rows = r[None, :] * n + page                                  # [B, length]
+        lat = np.asarray(self.c_latent)[rows, s % p]
+        rope = np.asarray(self.k_rope)[rows, s % p]
+        return lat, rope
+
+
+def _distribute(c_latent, k_rope, lens, tables, *, page_size, cp, num_pages):
+    b, length = c_latent.shape[:2]
+    npp = tables.shape[2]
+    s = jnp.arange(npp * page_size)
+    lat_pools, rope_pools = [], []
+    for r in range(cp):
+        pos = ((s // page_size) * cp + r) * page_size + s % page_size      # [npp*P]
+        ok = pos[None, :] < lens[:, None]                                   # [B, npp*P]
+        idx = jnp.clip(pos, 0, max(length - 1, 0))
+        if length:
+            lat = jnp.where(ok[..., None], c_latent[:, idx], 0)
+            rope = jnp.where(ok[..., None], k_rope[:, idx], 0)
+        else:
+            lat = jnp.zeros((b, npp * page_size, LATENT_DIM), c_latent.dtype)
+            rope = jnp.zeros((b, npp * page_size, ROPE_DIM), k_rope.dtype)
+        lat = lat.reshape(b * npp, page_size, LATENT_DIM)
+        rope = rope.reshape(b * npp, page_size, ROPE_DIM)
+        flat = tables[r].reshape(-1)
+        lat_pools.append(jnp.zeros((num_pages, page_size, LATENT_DIM), c_latent.dtype).at[flat].set(lat))
+        rope_pools.append(jnp.zeros((num_pages, page_size, ROPE_DIM), k_rope.dtype).at[flat].set(rope))
+    return jnp.concatenate(lat_pools), jnp.concatenate(rope_pools)

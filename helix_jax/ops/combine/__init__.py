@@ -1,0 +1,4 @@
+"""LSE combine of attention partials."""
+from .api import combine
+
+__all__ = ["combine"]
