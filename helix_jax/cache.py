@@ -8,6 +8,12 @@ positions ``[(k*cp + r)*P, (k*cp + r + 1)*P)``, so rank-local index ``s`` = ``L_
 Globally the pools are stacked along axis 0 (``[cp*N, P, D]``) and the tables along a leading rank
 axis (``[cp, B, pages_per_seq]``), both sharded over the ``cp`` mesh axis, so that inside
 ``shard_map`` each rank sees exactly its own ``[N, P, D]`` pool and ``[1, B, pages_per_seq]`` table.
+
+KV formats (§10, ``kv_dtype``): ``"bf16"`` stores the rows unquantized in the given float dtype
+(:class:`MLAPages`); ``"fp8_e4m3"`` (:class:`FP8Pages`) and ``"nvfp4"`` (:class:`NVFP4Pages`) store
+quantized rows plus their scales (see :mod:`helix_jax.quant`). Per-row data (values, NVFP4 block
+scales) is paged like the pools; per-tensor scalars are stored once per rank (``[cp]`` globally,
+``[1]`` inside ``shard_map``) with the same value on every rank.
 """
 from __future__ import annotations
 
@@ -19,9 +25,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from . import ledger
+from . import ledger, quant
 
-__all__ = ["MLAPages", "HelixMLACache", "append_kv", "LATENT_DIM", "ROPE_DIM"]
+__all__ = ["MLAPages", "FP8Pages", "NVFP4Pages", "HelixMLACache", "append_kv", "kv_format",
+           "dequantize_pages", "LATENT_DIM", "ROPE_DIM"]
 
 LATENT_DIM = 512
 ROPE_DIM = 64
@@ -33,14 +40,84 @@ class MLAPages(NamedTuple):
     k_rope: jax.Array
 
 
-def append_kv(pages: MLAPages, page_table, local_slots, c_latent_new, k_rope_new) -> MLAPages:
+class FP8Pages(NamedTuple):
+    """One rank's FP8 E4M3 paged MLA KV (§10.2); rows dequantize as ``x = q / scale``.
+
+    c_latent: ``[N, P, 512]`` float8_e4m3fn; k_rope: ``[N, P, 64]`` float8_e4m3fn (RoPE'd);
+    scale: ``[1]`` float32 per-tensor orig->quant scale shared by the whole 576-value row.
+    """
+    c_latent: jax.Array
+    k_rope: jax.Array
+    scale: jax.Array
+
+
+class NVFP4Pages(NamedTuple):
+    """One rank's NVFP4 paged MLA KV (§10.3), per-token 16-feature blocks.
+
+    c_latent: ``[N, P, 256]`` uint8 (512 E2M1 codes, two per byte, low nibble first);
+    k_rope: ``[N, P, 32]`` uint8 (64 codes); c_latent_sf: ``[N, P, 32]`` float8_e4m3fn block scales
+    (block ``i`` covers features ``16i..16i+15``); k_rope_sf: ``[N, P, 4]`` float8_e4m3fn;
+    global_scale: ``[1]`` float32 per-tensor orig->quant scale. ``x = e2m1 * sf / global_scale``.
+    """
+    c_latent: jax.Array
+    k_rope: jax.Array
+    c_latent_sf: jax.Array
+    k_rope_sf: jax.Array
+    global_scale: jax.Array
+
+
+def kv_format(pages) -> str:
+    """``"fp8_e4m3"``, ``"nvfp4"`` or ``"bf16"`` (any unquantized float pages) for a pages tuple."""
+    if isinstance(pages, FP8Pages):
+        return "fp8_e4m3"
+    if isinstance(pages, NVFP4Pages):
+        return "nvfp4"
+    return "bf16"
+
+
+def dequantize_pages(pages, dtype=jnp.float32):
+    """``(c_latent [..., 512], k_rope [..., 64])`` in ``dtype`` from any pages tuple.
+
+    Works on pools ``[N, P, .]`` and on gathered rows ``[B, L, .]`` alike (scales are per tensor or
+    per row).
+    """
+    fmt = kv_format(pages)
+    if fmt == "fp8_e4m3":
+        return (quant.dequantize_fp8(pages.c_latent, pages.scale, dtype),
+                quant.dequantize_fp8(pages.k_rope, pages.scale, dtype))
+    if fmt == "nvfp4":
+        return (quant.dequantize_nvfp4(pages.c_latent, pages.c_latent_sf, pages.global_scale, dtype),
+                quant.dequantize_nvfp4(pages.k_rope, pages.k_rope_sf, pages.global_scale, dtype))
+    return pages[0].astype(dtype), pages[1].astype(dtype)
+
+
+def _quantize_rows(pages, c_latent_new, k_rope_new) -> dict:
+    """The per-row fields of ``pages``' format for new rows ``[..., 512]`` / ``[..., 64]``."""
+    fmt = kv_format(pages)
+    if fmt == "fp8_e4m3":
+        return dict(c_latent=quant.quantize_fp8(c_latent_new, pages.scale),
+                    k_rope=quant.quantize_fp8(k_rope_new, pages.scale))
+    if fmt == "nvfp4":
+        c, csf = quant.quantize_nvfp4(c_latent_new, pages.global_scale)
+        k, ksf = quant.quantize_nvfp4(k_rope_new, pages.global_scale)
+        return dict(c_latent=c, k_rope=k, c_latent_sf=csf, k_rope_sf=ksf)
+    return dict(c_latent=c_latent_new.astype(pages.c_latent.dtype),
+                k_rope=k_rope_new.astype(pages.k_rope.dtype))
+
+
+def append_kv(pages, page_table, local_slots, c_latent_new, k_rope_new):
     """Write new KV rows at rank-local slots (§4 step 3); slot -1 means "not mine", skipped.
 
+    Quantized pages (:class:`FP8Pages`, :class:`NVFP4Pages`) quantize each new row with the pages'
+    existing per-tensor scale; every quantized field of a row (values, NVFP4 block scales) depends
+    on that row only, so an append never touches another token's data (no partial-tile rewrite).
+
     Args:
-      pages: this rank's pool, ``[N, P, Dl]`` / ``[N, P, Dr]``.
+      pages: this rank's pool, ``[N, P, Dl]`` / ``[N, P, Dr]`` (+ scales for quantized formats).
       page_table: ``[B, pages_per_seq]`` local page ids.
       local_slots: ``[B, G]`` rank-local indices (``-1`` = skip).
       c_latent_new: ``[B, G, Dl]``; k_rope_new: ``[B, G, Dr]`` (already RoPE'd at global positions).
+    Returns the pages tuple of the same type.
     """
     n, p = pages.c_latent.shape[:2]
     npp = page_table.shape[1]
@@ -50,9 +127,9 @@ def append_kv(pages: MLAPages, page_table, local_slots, c_latent_new, k_rope_new
     ok = (slots >= 0) & (slots < npp * p)
     page = jnp.where(ok, page, n)  # out of range -> dropped by the scatter
     off = jnp.where(ok, slots % p, 0)
-    c = pages.c_latent.at[page, off].set(c_latent_new.astype(pages.c_latent.dtype), mode="drop")
-    k = pages.k_rope.at[page, off].set(k_rope_new.astype(pages.k_rope.dtype), mode="drop")
-    return MLAPages(c, k)
+    rows = _quantize_rows(pages, c_latent_new, k_rope_new)
+    return pages._replace(**{name: getattr(pages, name).at[page, off].set(v, mode="drop")
+                             for name, v in rows.items()})
 
 
 def _check_int(name, v, lo=1):

@@ -1,0 +1,146 @@
+"""Bind a :class:`HelixPagePool` to a :class:`helix_jax.HelixMLACache` (continuous batching).
+
+The cache's shapes are static (``[cp*N, P, D]`` pools, ``[cp, B, pages_per_seq]`` tables), so one
+compiled step serves every batch composition: between steps only the page table and the
+committed lengths change. Empty batch rows point at the null page.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Hashable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from .. import ledger
+from ..cache import LATENT_DIM, ROPE_DIM, HelixMLACache
+from .pool import HelixPagePool
+from .quota import check_int
+
+__all__ = ["device_page_table", "make_cache", "refresh_cache", "write_prompt", "prompt_rows"]
+
+
+def _check_pool_mesh(pool: HelixPagePool, mesh: Mesh, axis_name: str):
+    if not isinstance(pool, HelixPagePool):
+        raise ValueError(f"pool must be a HelixPagePool, got {type(pool).__name__}")
+    if not isinstance(mesh, Mesh) or axis_name not in mesh.shape:
+        raise ValueError(f"mesh must be a jax.sharding.Mesh with a {axis_name!r} axis, got {mesh!r}")
+    if int(mesh.shape[axis_name]) != pool.cp_size:
+        raise ValueError(f"pool.cp_size={pool.cp_size} does not match mesh axis {axis_name!r} of "
+                         f"size {int(mesh.shape[axis_name])}")
+
+
+def device_page_table(pool: HelixPagePool, slots: Sequence[Hashable | None], *, mesh: Mesh,
+                      pages_per_seq: int, axis_name: str = "cp") -> jax.Array:
+    """``pool.page_table(slots)`` as a device array ``[cp, B, pages_per_seq]`` sharded over ``axis_name``."""
+    _check_pool_mesh(pool, mesh, axis_name)
+    table = pool.page_table(slots, pages_per_seq=pages_per_seq)
+    return jax.device_put(table, NamedSharding(mesh, P(axis_name)))
+
+
+def make_cache(pool: HelixPagePool, *, batch: int, mesh: Mesh, max_len: int, dtype=jnp.bfloat16,
+               axis_name: str = "cp", fill: float = 0.0) -> HelixMLACache:
+    """An empty :class:`HelixMLACache` whose rank pools are ``pool``'s pages (all rows empty).
+
+    ``max_len``: global tokens a batch row can hold; sets ``pages_per_seq = ceil(max_len/(P*C))``.
+    ``fill``: initial value of every pool entry (tests poison with NaN).
+    """
+    _check_pool_mesh(pool, mesh, axis_name)
+    batch = check_int("batch", batch)
+    max_len = check_int("max_len", max_len)
+    npp = ledger.pages_per_rank(max_len, page_size=pool.page_size, cp_size=pool.cp_size)
+    if npp > pool.usable_pages:
+        raise ValueError(f"max_len={max_len} needs {npp} pages per rank per row but the pool has "
+                         f"only {pool.usable_pages} usable pages")
+    shard = NamedSharding(mesh, P(axis_name))
+    rows = pool.cp_size * pool.num_pages
+    lat = jax.device_put(jnp.full((rows, pool.page_size, LATENT_DIM), fill, dtype), shard)
+    rope = jax.device_put(jnp.full((rows, pool.page_size, ROPE_DIM), fill, dtype), shard)
+    table = device_page_table(pool, [None] * batch, mesh=mesh, pages_per_seq=npp, axis_name=axis_name)
+    lens = jax.device_put(jnp.zeros((batch,), jnp.int32), NamedSharding(mesh, P()))
+    return HelixMLACache(c_latent=lat, k_rope=rope, page_table=table, lens=lens, mesh=mesh,
+                         axis_name=axis_name, page_size=pool.page_size)
+
+
+def refresh_cache(cache: HelixMLACache, pool: HelixPagePool, slots: Sequence[Hashable | None],
+                  lens=None) -> HelixMLACache:
+    """The cache with the page table of batch ``slots`` (and committed ``lens [B]``, if given).
+
+    Call between steps after requests joined/left and after ``pool.ensure_step``/``grow``.
+    """
+    if not isinstance(cache, HelixMLACache):
+        raise ValueError(f"cache must be a HelixMLACache, got {type(cache).__name__}")
+    if (pool.num_pages, pool.page_size) != (cache.num_pages, cache.page_size):
+        raise ValueError(f"pool (num_pages={pool.num_pages}, page_size={pool.page_size}) does not "
+                         f"match the cache (num_pages={cache.num_pages}, page_size={cache.page_size})")
+    slots = list(slots)
+    if len(slots) != cache.batch:
+        raise ValueError(f"slots must have one entry per batch row (B={cache.batch}), got {len(slots)}")
+    table = device_page_table(pool, slots, mesh=cache.mesh, pages_per_seq=cache.pages_per_seq,
+                              axis_name=cache.axis_name)
+    kw = {"page_table": table}
+    if lens is not None:
+        lens = np.asarray(lens)
+        if lens.shape != (cache.batch,) or not np.issubdtype(lens.dtype, np.integer):
+            raise ValueError(f"lens must be an int array of shape [B]=({cache.batch},), got {lens.shape} {lens.dtype}")
+        kw["lens"] = jax.device_put(lens.astype(np.int32), NamedSharding(cache.mesh, P()))
+    return cache.replace(**kw)
+
+
+def prompt_rows(pool: HelixPagePool, req_id: Hashable, length: int) -> tuple[np.ndarray, np.ndarray]:
+    """Where global positions ``[0, length)`` of ``req_id`` live in the stacked pools.
+
+    Returns ``(row [length], offset [length])`` int32: position ``p`` is stored at
+    ``c_latent[row[p], offset[p]]`` with ``row = owner*N + page`` (§2.3).
+    """
+    length = check_int("length", length, 0)
+    if length > pool.capacity_of(req_id):
+        raise ValueError(f"length={length} exceeds request {req_id!r}'s {pool.capacity_of(req_id)} "
+                         "allocated global tokens; grow it first")
+    pages = pool.pages(req_id)                                          # [cp, n]
+    pos = np.arange(length)
+    r = (pos // pool.page_size) % pool.cp_size
+    slot = np.asarray(ledger.local_len(pos, r, page_size=pool.page_size, cp_size=pool.cp_size))
+    page = pages[r, slot // pool.page_size]
+    return (r * pool.num_pages + page).astype(np.int32), (slot % pool.page_size).astype(np.int32)
+
+
+@functools.partial(jax.jit, donate_argnums=(0, 1))
+def _scatter(c_lat, k_rope, rows, offs, c_new, k_new):
+    c_lat = c_lat.at[rows, offs].set(c_new.astype(c_lat.dtype), mode="drop")
+    k_rope = k_rope.at[rows, offs].set(k_new.astype(k_rope.dtype), mode="drop")
+    return c_lat, k_rope
+
+
+def write_prompt(cache: HelixMLACache, pool: HelixPagePool, req_id: Hashable, c_latent, k_rope,
+                 *, bucket: int | None = None) -> HelixMLACache:
+    """Prefill hand-off for one admitted request: scatter its prompt KV into its pool pages.
+
+    Args:
+      c_latent: ``[L, 512]``, k_rope: ``[L, 64]`` (RoPE'd at global positions ``0..L-1``).
+      bucket: pad ``L`` up to a multiple of this (default ``P*C``) so few shapes get compiled;
+        padding rows are dropped.
+    Positions follow the ledger round-robin; the request must already hold ``>= L`` tokens.
+    Works for any layer's cache (call once per layer with that layer's KV).
+    """
+    c_latent, k_rope = jnp.asarray(c_latent), jnp.asarray(k_rope)
+    if c_latent.ndim != 2 or c_latent.shape[1] != LATENT_DIM:
+        raise ValueError(f"c_latent must have shape [L, {LATENT_DIM}], got {c_latent.shape}")
+    length = c_latent.shape[0]
+    if k_rope.shape != (length, ROPE_DIM):
+        raise ValueError(f"k_rope must have shape [L, {ROPE_DIM}] = {(length, ROPE_DIM)}, got {k_rope.shape}")
+    if pool.num_pages != cache.num_pages or pool.page_size != cache.page_size:
+        raise ValueError("pool does not match the cache (num_pages / page_size)")
+    rows, offs = prompt_rows(pool, req_id, length)
+    bucket = pool.superblock_tokens if bucket is None else check_int("bucket", bucket)
+    padded = -(-max(length, 1) // bucket) * bucket
+    pad = padded - length
+    drop_row = cache.c_latent.shape[0]                                # out of range -> dropped
+    rows = np.concatenate([rows, np.full(pad, drop_row, np.int32)])
+    offs = np.concatenate([offs, np.zeros(pad, np.int32)])
+    c_new = jnp.pad(c_latent, ((0, pad), (0, 0)))
+    k_new = jnp.pad(k_rope, ((0, pad), (0, 0)))
+    c_lat, k_r = _scatter(cache.c_latent, cache.k_rope, jnp.asarray(rows), jnp.asarray(offs), c_new, k_new)
+    return cache.replace(c_latent=c_lat, k_rope=k_r)
