@@ -7,18 +7,22 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 job="${1:-demo}"; shift || true
 
-pick_python() {
-  for c in "PYENV_VERSION=3.12.1 python3.12" python3.12 python3; do
-    if env ${c%% *} >/dev/null 2>&1 && eval "$c -c 'import sys; assert sys.version_info[:2] >= (3, 12)'" 2>/dev/null; then
-      echo "$c"; return 0; fi
+pick_python() {  # prints "PYENV_VERSION|interpreter" for a Python >= 3.12
+  local c pv
+  for c in python3.12 python3; do
+    for pv in 3.12.1 ""; do
+      if PYENV_VERSION=$pv $c -c 'import sys; sys.exit(sys.version_info[:2] < (3, 12))' 2>/dev/null; then
+        echo "$pv|$c"; return 0
+      fi
+    done
   done
   echo "error: Python >= 3.12 is required (jax 0.11.2 is published for 3.12+)" >&2; return 1
 }
 
 if [ ! -x .venv/bin/python ]; then
-  py=$(pick_python)
-  echo "[bootstrap] creating .venv with: $py"
-  eval "$py -m venv .venv"
+  sel=$(pick_python)
+  echo "[bootstrap] creating .venv with ${sel#*|} (PYENV_VERSION=${sel%%|*})"
+  PYENV_VERSION=${sel%%|*} ${sel#*|} -m venv .venv
 fi
 stamp=.venv/.helix_jax_installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
