@@ -147,7 +147,11 @@ class HelixMLACache:
       k_rope:   ``[cp*N, P, 64]`` RoPE'd key rows.
       page_table: ``[cp, B, pages_per_seq]`` int32 local page ids per rank.
       lens: ``[B]`` int32 committed global length per sequence (replicated).
-    Static: ``mesh``, ``axis_name``, ``page_size``.
+      scales: per-format extra leaves, all sharded over cp: ``()`` for ``"bf16"``;
+        ``(scale [cp],)`` for ``"fp8_e4m3"``; ``(c_latent_sf [cp*N, P, 32], k_rope_sf [cp*N, P, 4],
+        global_scale [cp])`` for ``"nvfp4"`` (per-tensor scalars hold one value on every rank).
+        For quantized formats ``c_latent``/``k_rope`` hold the stored codes (see :attr:`pages`).
+    Static: ``mesh``, ``axis_name``, ``page_size``, ``kv_dtype``.
     """
     c_latent: jax.Array
     k_rope: jax.Array
@@ -156,26 +160,48 @@ class HelixMLACache:
     mesh: Mesh = dataclasses.field(metadata=dict(static=True))
     axis_name: str = dataclasses.field(default="cp", metadata=dict(static=True))
     page_size: int = dataclasses.field(default=64, metadata=dict(static=True))
+    kv_dtype: str = dataclasses.field(default="bf16", metadata=dict(static=True))
+    scales: tuple = ()
+
+    _ARRAYS = ("c_latent", "k_rope", "page_table", "lens", "scales")
+    _STATIC = ("mesh", "axis_name", "page_size", "kv_dtype")
 
     # -- pytree -----------------------------------------------------------------------------
     def tree_flatten(self):
-        return (self.c_latent, self.k_rope, self.page_table, self.lens), (
-            self.mesh, self.axis_name, self.page_size)
+        return tuple(getattr(self, f) for f in self._ARRAYS), tuple(getattr(self, f) for f in self._STATIC)
 
     @classmethod
     def tree_unflatten(cls, aux, children):
         obj = object.__new__(cls)
-        for name, v in zip(("c_latent", "k_rope", "page_table", "lens"), children):
+        for name, v in zip(cls._ARRAYS, children):
             object.__setattr__(obj, name, v)
-        for name, v in zip(("mesh", "axis_name", "page_size"), aux):
+        for name, v in zip(cls._STATIC, aux):
             object.__setattr__(obj, name, v)
         return obj
 
     def replace(self, **kw) -> "HelixMLACache":
-        bad = kw.keys() - {"c_latent", "k_rope", "page_table", "lens"}
+        bad = kw.keys() - set(self._ARRAYS)
         if bad:
             raise ValueError(f"replace: only array fields can change, got {sorted(bad)}")
         return dataclasses.replace(self, **kw)
+
+    # -- pages of any format ----------------------------------------------------------------
+    @property
+    def pages(self):
+        """Global pages tuple (:class:`MLAPages`, :class:`FP8Pages` or :class:`NVFP4Pages`).
+
+        Every leaf is stacked over ranks on axis 0 and sharded over cp: pass it to ``shard_map``
+        with ``P(axis_name)`` and each rank sees its own pages (per-tensor scales as ``[1]``).
+        """
+        cls = {"bf16": MLAPages, "fp8_e4m3": FP8Pages, "nvfp4": NVFP4Pages}[self.kv_dtype]
+        return cls(self.c_latent, self.k_rope, *self.scales)
+
+    def with_pages(self, pages) -> "HelixMLACache":
+        """The cache with its pool leaves replaced by ``pages`` (same format as :attr:`pages`)."""
+        if kv_format(pages) != self.kv_dtype or len(pages) != len(self.pages):
+            raise ValueError(f"with_pages: expected {type(self.pages).__name__} for kv_dtype="
+                             f"{self.kv_dtype!r}, got {type(pages).__name__}")
+        return self.replace(c_latent=pages[0], k_rope=pages[1], scales=tuple(pages[2:]))
 
     # -- derived ----------------------------------------------------------------------------
     @property
@@ -202,36 +228,45 @@ class HelixMLACache:
 
     @property
     def dtype(self):
+        """Storage dtype of ``c_latent`` (uint8 for packed nvfp4; see ``kv_dtype``)."""
         return self.c_latent.dtype
 
     def specs(self) -> "HelixMLACache":
         """The cache's PartitionSpecs as a pytree of the same structure (for ``shard_map``)."""
         a = self.axis_name
+        n_scales = len(jax.tree_util.tree_leaves(self.scales))
         return jax.tree_util.tree_unflatten(
-            jax.tree_util.tree_structure(self), [P(a), P(a), P(a), P()])
+            jax.tree_util.tree_structure(self), [P(a), P(a), P(a), P()] + [P(a)] * n_scales)
 
-    def rank_pages(self, rank: int) -> tuple[MLAPages, jax.Array]:
-        """Host-side view of one rank's pool and page table (for inspection and tests)."""
+    def rank_pages(self, rank: int):
+        """Host-side view of one rank's pages (same type as :attr:`pages`) and page table."""
         n = self.num_pages
-        sl = slice(rank * n, (rank + 1) * n)
-        return MLAPages(self.c_latent[sl], self.k_rope[sl]), self.page_table[rank]
+        pages = self.pages
+        leaves = [x[rank * n:(rank + 1) * n] if x.ndim > 1 else x[rank:rank + 1] for x in pages]
+        return type(pages)(*leaves), self.page_table[rank]
 
     # -- constructors -----------------------------------------------------------------------
     @classmethod
     def empty(cls, batch: int, *, mesh: Mesh, page_size: int, max_len: int, dtype=jnp.bfloat16,
-              axis_name: str = "cp", num_pages: int | None = None) -> "HelixMLACache":
-        """An all-zero cache with room for ``max_len`` global tokens per sequence."""
+              axis_name: str = "cp", num_pages: int | None = None, kv_dtype: str = "bf16",
+              kv_scale=None) -> "HelixMLACache":
+        """An all-zero cache with room for ``max_len`` global tokens per sequence.
+
+        Quantized formats without ``kv_scale`` use static per-tensor defaults: fp8 scale 1.0,
+        nvfp4 global scale ``quant.NVFP4_KV_GLOBAL_SCALE`` (89.6, §10.3).
+        """
         _check_int("batch", batch)
         z_lat = jnp.zeros((batch, 0, LATENT_DIM), dtype)
         z_rope = jnp.zeros((batch, 0, ROPE_DIM), dtype)
         return cls.from_global(z_lat, z_rope, jnp.zeros((batch,), jnp.int32), mesh=mesh,
                                page_size=page_size, max_len=max_len, axis_name=axis_name,
-                               num_pages=num_pages)
+                               num_pages=num_pages, kv_dtype=kv_dtype, kv_scale=kv_scale)
 
     @classmethod
     def from_global(cls, c_latent, k_rope, lens, *, mesh: Mesh, page_size: int, max_len: int,
                     axis_name: str = "cp", num_pages: int | None = None,
-                    shuffle_pages: int | None = None) -> "HelixMLACache":
+                    shuffle_pages: int | None = None, kv_dtype: str = "bf16",
+                    kv_scale=None) -> "HelixMLACache":
         """Prefill hand-off: distribute a global KV ``[B, L, 512]`` / ``[B, L, 64]`` by the ledger.
 
         Args:
@@ -243,6 +278,9 @@ class HelixMLACache:
           max_len: global tokens each sequence must be able to hold (prompt + generation).
           num_pages: pages per rank pool (default ``B * pages_per_seq``; more leaves spare pages).
           shuffle_pages: if given, a seed for a random page assignment (tests, realism).
+          kv_dtype: ``"bf16"`` (store as given), ``"fp8_e4m3"`` or ``"nvfp4"`` (§10).
+          kv_scale: per-tensor orig->quant scale (fp8 ``scale`` / nvfp4 ``global_scale``); default
+            derived from the valid rows (``< lens``): ``448/amax`` resp. ``448*6/amax``.
         """
         if not isinstance(mesh, Mesh):
             raise ValueError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
@@ -250,6 +288,13 @@ class HelixMLACache:
             raise ValueError(f"axis_name {axis_name!r} is not an axis of the mesh {dict(mesh.shape)}")
         _check_int("page_size", page_size)
         _check_int("max_len", max_len)
+        quant.check_kv_dtype(kv_dtype)
+        if kv_scale is not None:
+            if kv_dtype == "bf16":
+                raise ValueError("kv_scale applies only to a quantized kv_dtype ('fp8_e4m3', 'nvfp4')")
+            ks = float(kv_scale)
+            if not (np.isfinite(ks) and ks > 0):
+                raise ValueError(f"kv_scale must be a finite positive float, got {kv_scale!r}")
         c_latent = jnp.asarray(c_latent)
         k_rope = jnp.asarray(k_rope)
         lens = jnp.asarray(lens)
@@ -281,14 +326,27 @@ class HelixMLACache:
         tables = np.ascontiguousarray(tables, dtype=np.int32)
         lat, rope = _distribute(c_latent, k_rope, lens.astype(jnp.int32), jnp.asarray(tables),
                                 page_size=page_size, cp=cp, num_pages=num_pages)
+        leaves = [lat, rope]
+        if kv_dtype != "bf16":
+            scale = kv_scale if kv_scale is not None else _derive_scale(kv_dtype, c_latent, k_rope, lens)
+            rank_scale = jnp.full((cp,), scale, jnp.float32)
+            proto = FP8Pages if kv_dtype == "fp8_e4m3" else NVFP4Pages
+            fields = _quantize_rows(proto(lat, rope, *[rank_scale[:1]] * (len(proto._fields) - 2)), lat, rope)
+            leaves = [fields[f] for f in proto._fields[:-1]] + [rank_scale]
         shard = NamedSharding(mesh, P(axis_name))
-        return cls(c_latent=jax.device_put(lat, shard), k_rope=jax.device_put(rope, shard),
+        leaves = [jax.device_put(x, shard) for x in leaves]
+        return cls(c_latent=leaves[0], k_rope=leaves[1],
                    page_table=jax.device_put(jnp.asarray(tables), shard),
                    lens=jax.device_put(lens.astype(jnp.int32), NamedSharding(mesh, P())),
-                   mesh=mesh, axis_name=axis_name, page_size=page_size)
+                   mesh=mesh, axis_name=axis_name, page_size=page_size, kv_dtype=kv_dtype,
+                   scales=tuple(leaves[2:]))
 
-    def to_global(self, length: int | None = None):
-        """Inverse of :meth:`from_global`: gather ``[B, length, 512]`` / ``[B, length, 64]`` (host view)."""
+    def to_global(self, length: int | None = None, *, raw: bool = False):
+        """Inverse of :meth:`from_global`: gather ``[B, length, 512]`` / ``[B, length, 64]`` (host view).
+
+        Quantized caches return the dequantized float32 rows, or with ``raw=True`` the stored pages
+        tuple gathered to ``[B, length, .]`` per row field (per-tensor scalars as stored, ``[cp]``).
+        """
         length = self.capacity if length is None else length
         cp, p, n = self.cp_size, self.page_size, self.num_pages
         pos = np.arange(length)
@@ -297,9 +355,25 @@ class HelixMLACache:
         tables = np.asarray(self.page_table)                      # [cp, B, npp]
         page = tables[r[None, :].repeat(self.batch, 0), np.arange(self.batch)[:, None], s // p]
         rows = r[None, :] * n + page                                  # [B, length]
-        lat = np.asarray(self.c_latent)[rows, s % p]
-        rope = np.asarray(self.k_rope)[rows, s % p]
-        return lat, rope
+        pages = self.pages
+        got = type(pages)(*[np.asarray(x)[rows, s % p] if x.ndim > 1 else np.asarray(x) for x in pages])
+        if raw or self.kv_dtype == "bf16":
+            return got if raw else (got.c_latent, got.k_rope)
+        local = type(pages)(*[x if x.ndim > 1 else x[:1] for x in got])  # one per-tensor value
+        lat, rope = dequantize_pages(local)
+        return np.asarray(lat), np.asarray(rope)
+
+
+def _derive_scale(kv_dtype, c_latent, k_rope, lens):
+    """Per-tensor scale from ``amax`` over the valid rows (positions ``< lens``)."""
+    valid = (jnp.arange(c_latent.shape[1])[None, :] < lens[:, None])[..., None]
+    amax = jnp.maximum(jnp.max(jnp.where(valid, jnp.abs(c_latent.astype(jnp.float32)), 0), initial=0.0),
+                       jnp.max(jnp.where(valid, jnp.abs(k_rope.astype(jnp.float32)), 0), initial=0.0))
+    if not bool(jnp.isfinite(amax)):
+        raise ValueError("c_latent/k_rope contain non-finite values: cannot derive a kv_scale")
+    if kv_dtype == "fp8_e4m3":
+        return quant.fp8_scale_from_amax(amax)
+    return quant.nvfp4_global_scale_from_amax(amax)
 
 
 def _distribute(c_latent, k_rope, lens, tables, *, page_size, cp, num_pages):

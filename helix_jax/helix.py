@@ -20,6 +20,15 @@ from .ops.mla_decode import mla_decode
 __all__ = ["helix_mla_attention", "helix_attention_local"]
 
 
+def _exchange_implementation(decode_implementation):
+    """The exchange backend that goes with a decode backend: ffi with ffi, jnp with reference, else auto."""
+    if decode_implementation in ("ffi", "reference"):
+        return decode_implementation
+    if decode_implementation in ("xla", "jnp"):
+        return "reference"
+    return None
+
+
 def helix_attention_local(pages: MLAPages, page_table, q_latent, q_rope, c_latent_new, k_rope_new,
                           positions, *, axis_name: str, cp_size: int, page_size: int,
                           softmax_scale, implementation=None):
@@ -29,35 +38,36 @@ def helix_attention_local(pages: MLAPages, page_table, q_latent, q_rope, c_laten
     pages = append_kv(pages, page_table, meta.local_slots, c_latent_new, k_rope_new)
     o, lse = mla_decode(q_latent, q_rope, pages, page_table, kv_bounds=meta.kv_bounds,
                         softmax_scale=softmax_scale, implementation=implementation)
-    out, lse = exchange_and_combine(o, lse, meta.kv_bounds == 0, axis_name=axis_name, cp_size=cp_size)
+    out, lse = exchange_and_combine(o, lse, meta.kv_bounds == 0, axis_name=axis_name, cp_size=cp_size,
+                                    implementation=_exchange_implementation(implementation))
     return out, lse, pages
 
 
 @functools.partial(jax.jit, static_argnames=("mesh", "axis_name", "page_size", "softmax_scale", "implementation"))
-def _step(c_lat, k_rope, table, q_latent, q_rope, c_new, k_new, positions, *, mesh, axis_name,
+def _step(pages, table, q_latent, q_rope, c_new, k_new, positions, *, mesh, axis_name,
           page_size, softmax_scale, implementation):
+    # pages: the cache's global pages tuple of any KV format; every leaf is sharded over cp.
     cp = int(mesh.shape[axis_name])
     a = axis_name
 
-    def body(c_lat, k_rope, table, q_latent, q_rope, c_new, k_new, positions):
-        out, lse, pages = helix_attention_local(
-            MLAPages(c_lat, k_rope), table[0], q_latent, q_rope, c_new, k_new, positions,
+    def body(pages, table, q_latent, q_rope, c_new, k_new, positions):
+        return helix_attention_local(
+            pages, table[0], q_latent, q_rope, c_new, k_new, positions,
             axis_name=a, cp_size=cp, page_size=page_size, softmax_scale=softmax_scale,
             implementation=implementation)
-        return out, lse, pages.c_latent, pages.k_rope
 
-    out, lse, c_lat, k_rope = jax.shard_map(
+    out, lse, pages = jax.shard_map(
         body, mesh=mesh,
-        in_specs=(P(a), P(a), P(a), P(), P(), P(), P(), P()),
-        out_specs=(P(None, None, a, None), P(None, None, a), P(a), P(a)),
+        in_specs=(P(a), P(a), P(), P(), P(), P(), P()),
+        out_specs=(P(None, None, a, None), P(None, None, a), P(a)),
         check_vma=False,
-    )(c_lat, k_rope, table, q_latent, q_rope, c_new, k_new, positions)
+    )(pages, table, q_latent, q_rope, c_new, k_new, positions)
     # A token past the cache capacity cannot be stored: make that loud (NaN), never silently wrong.
     cap = table.shape[2] * page_size * cp
     over = positions >= cap
     out = jnp.where(over[:, :, None, None], jnp.nan, out)
     lse = jnp.where(over[:, :, None], jnp.nan, lse)
-    return out, lse, c_lat, k_rope
+    return out, lse, pages
 
 
 def _validate(cache, q_latent, q_rope, c_latent_new, k_rope_new, positions):
@@ -117,8 +127,8 @@ def helix_mla_attention(cache: HelixMLACache, q_latent, q_rope, c_latent_new, k_
     scale = float(softmax_scale)
     if not (np.isfinite(scale) and scale > 0):
         raise ValueError(f"softmax_scale must be a finite positive float, got {softmax_scale!r}")
-    out, lse, c_lat, k_rope = _step(
-        cache.c_latent, cache.k_rope, cache.page_table, q_latent, q_rope, c_latent_new, k_rope_new,
+    out, lse, pages = _step(
+        cache.pages, cache.page_table, q_latent, q_rope, c_latent_new, k_rope_new,
         positions.astype(jnp.int32), mesh=cache.mesh, axis_name=cache.axis_name,
         page_size=cache.page_size, softmax_scale=scale, implementation=implementation)
-    return out, lse, cache.replace(c_latent=c_lat, k_rope=k_rope)
+    return out, lse, cache.with_pages(pages)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ...cache import dequantize_pages
+
 
 def gather_pages(pool, page_table):
     """``pool [N, P, D]``, ``page_table [B, npp]`` -> ``[B, npp*P, D]`` in local-slot order."""
@@ -14,6 +16,9 @@ def gather_pages(pool, page_table):
     b, npp = page_table.shape
     pt = jnp.clip(page_table, 0, n - 1)
     return pool[pt].reshape(b, npp * p, d)
+
+
+SUPPORTED_KV_DTYPES = ("bf16", "fp8_e4m3", "nvfp4")
 
 
 def mla_decode(q_latent, q_rope, c_latent, k_rope, page_table, kv_bounds, softmax_scale):
@@ -26,6 +31,22 @@ def mla_decode(q_latent, q_rope, c_latent, k_rope, page_table, kv_bounds, softma
     """
     kv_lat = gather_pages(c_latent, page_table)
     kv_rope = gather_pages(k_rope, page_table)
+    return decode_rows(q_latent, q_rope, kv_lat, kv_rope, kv_bounds, softmax_scale)
+
+
+def mla_decode_quantized(q_latent, q_rope, pages, page_table, kv_bounds, softmax_scale):
+    """Bounded decode of quantized pages (``FP8Pages`` / ``NVFP4Pages``, §10).
+
+    Gathers the rows the table names (codes and block scales alike), dequantizes them to float32
+    inside the graph, then runs the same bounded decode as the unquantized path.
+    """
+    gathered = type(pages)(*[gather_pages(x, page_table) if x.ndim == 3 else x for x in pages])
+    kv_lat, kv_rope = dequantize_pages(gathered, jnp.float32)
+    return decode_rows(q_latent, q_rope, kv_lat, kv_rope, kv_bounds, softmax_scale)
+
+
+def decode_rows(q_latent, q_rope, kv_lat, kv_rope, kv_bounds, softmax_scale):
+    """Bounded decode over rows already in local-slot order: ``kv_lat [B, L, Dl]``, ``kv_rope [B, L, Dr]``."""
     length = kv_lat.shape[1]
     bounds = jnp.asarray(kv_bounds, jnp.int32)
     idx = jnp.arange(length)
