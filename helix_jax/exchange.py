@@ -8,8 +8,9 @@ import jax
 import jax.numpy as jnp
 
 from .ops.combine import combine
+from .ops.exchange import exchange as _packed_exchange
 
-__all__ = ["sanitize", "all_to_all_heads", "exchange_and_combine"]
+__all__ = ["sanitize", "all_to_all_heads", "exchange_and_combine", "exchange_and_combine_unpacked"]
 
 
 def sanitize(partial_out, lse, zero_kv_mask):
@@ -40,8 +41,20 @@ def all_to_all_heads(partial_out, lse, *, axis_name: str, cp_size: int):
     return o, s
 
 
-def exchange_and_combine(partial_out, lse, zero_kv_mask, *, axis_name: str, cp_size: int):
-    """Sanitize -> all-to-all -> combine. Returns this rank's ``[B, G, Hc, D]`` and ``[B, G, Hc]``."""
+def exchange_and_combine_unpacked(partial_out, lse, zero_kv_mask, *, axis_name: str, cp_size: int):
+    """The plain form: two all-to-alls (data, LSE) split on a non-leading axis. Kept as a baseline."""
     o, s = sanitize(partial_out, lse, zero_kv_mask)
     o, s = all_to_all_heads(o, s, axis_name=axis_name, cp_size=cp_size)
     return combine(o, s, axis=2)
+
+
+def exchange_and_combine(partial_out, lse, zero_kv_mask, *, axis_name: str, cp_size: int,
+                         implementation=None):
+    """Sanitize -> all-to-all -> combine. Returns this rank's ``[B, G, Hc, D]`` and ``[B, G, Hc]``.
+
+    One all-to-all of a head-group-first payload that carries the LSE beside the data
+    (:mod:`helix_jax.ops.exchange`); ``implementation``: ``None`` (ffi on GPU, jnp on CPU),
+    ``"ffi"`` or ``"reference"``.
+    """
+    return _packed_exchange(partial_out, lse, zero_kv_mask, axis_name=axis_name, cp_size=cp_size,
+                            implementation=implementation)

@@ -1,0 +1,137 @@
+// CPU handlers of the Helix exchange custom calls (layout: exchange_common.h).
+//   helix_sanitize_pack : partial_out [T,H,D], lse [T,H] f32, zero_kv_mask [T] -> payload [cp,T,Hc,W]
+//   helix_combine       : payload [cp(src),T,Hc,W] -> out [T,Hc,D], lse [T,Hc] f32
+// Semantics: HELIX_SEMANTICS.md §6.3 (sanitize overwrites NaN garbage) and §7 (fp32 LSE combine,
+// all-empty rows give 0 and -inf).
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "exchange_common.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+using helix_exchange::CheckCombine;
+using helix_exchange::CheckPack;
+using helix_exchange::CombineShape;
+using helix_exchange::PackShape;
+
+namespace {
+
+inline float Bf16ToF32(uint16_t v) {
+  uint32_t u = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Round to nearest even, NaN kept quiet (matches XLA's f32 -> bf16 convert).
+inline uint16_t F32ToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if (std::isnan(f)) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+inline float LoadElem(const uint8_t* p, int64_t i, int64_t itemsize) {
+  if (itemsize == 2) {
+    uint16_t v;
+    std::memcpy(&v, p + 2 * i, 2);
+    return Bf16ToF32(v);
+  }
+  float f;
+  std::memcpy(&f, p + 4 * i, 4);
+  return f;
+}
+
+inline void StoreElem(uint8_t* p, int64_t i, float f, int64_t itemsize) {
+  if (itemsize == 2) {
+    uint16_t v = F32ToBf16(f);
+    std::memcpy(p + 2 * i, &v, 2);
+  } else {
+    std::memcpy(p + 4 * i, &f, 4);
+  }
+}
+
+ffi::Error SanitizePackCpu(ffi::AnyBuffer o, ffi::Buffer<ffi::F32> lse, ffi::Buffer<ffi::PRED> mask,
+                           ffi::Result<ffi::AnyBuffer> payload) {
+  PackShape s{};
+  if (auto e = CheckPack(o, lse.dimensions(), mask.dimensions(), *payload, &s); e.failure()) return e;
+  const auto* src = static_cast<const uint8_t*>(o.untyped_data());
+  const float* lse_p = lse.typed_data();
+  const bool* m = mask.typed_data();
+  auto* dst = static_cast<uint8_t*>(payload->untyped_data());
+  const int64_t row_bytes = s.d * s.itemsize, out_row_bytes = s.w * s.itemsize;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  for (int64_t t = 0; t < s.t; ++t) {
+    for (int64_t h = 0; h < s.h; ++h) {
+      const int64_t g = h / s.hc, hh = h % s.hc;
+      uint8_t* out = dst + ((g * s.t + t) * s.hc + hh) * out_row_bytes;
+      if (m[t]) {
+        std::memset(out, 0, row_bytes);
+      } else {
+        std::memcpy(out, src + (t * s.h + h) * row_bytes, row_bytes);
+      }
+      std::memset(out + row_bytes, 0, out_row_bytes - row_bytes);
+      const float l = m[t] ? neg_inf : lse_p[t * s.h + h];
+      std::memcpy(out + row_bytes, &l, 4);
+    }
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error CombineCpu(ffi::AnyBuffer payload, ffi::Result<ffi::AnyBuffer> out,
+                      ffi::Result<ffi::Buffer<ffi::F32>> lse_out) {
+  CombineShape s{};
+  if (auto e = CheckCombine(payload, *out, lse_out->dimensions(), &s); e.failure()) return e;
+  const auto* src = static_cast<const uint8_t*>(payload.untyped_data());
+  auto* dst = static_cast<uint8_t*>(out->untyped_data());
+  float* lse_p = lse_out->typed_data();
+  const int64_t rows = s.t * s.hc, row_bytes = s.d * s.itemsize, in_row_bytes = s.w * s.itemsize;
+  std::vector<float> w(s.cp), acc(s.d);
+  for (int64_t r = 0; r < rows; ++r) {
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t c = 0; c < s.cp; ++c) {
+      float l;
+      std::memcpy(&l, src + (c * rows + r) * in_row_bytes + row_bytes, 4);
+      w[c] = l;
+      mx = std::fmax(mx, l);
+    }
+    if (!std::isfinite(mx)) mx = 0.f;  // all-empty row: keep exp() finite
+    float total = 0.f;
+    for (int64_t c = 0; c < s.cp; ++c) {
+      w[c] = std::exp(w[c] - mx);  // exp(-inf) = 0: empty partials drop out
+      total += w[c];
+    }
+    const float inv = total > 0.f ? 1.f / total : 0.f;
+    std::fill(acc.begin(), acc.end(), 0.f);
+    for (int64_t c = 0; c < s.cp; ++c) {
+      const float wc = w[c] * inv;
+      if (!(wc > 0.f)) continue;  // never multiply an empty partial's bytes (0 * NaN)
+      const uint8_t* row = src + (c * rows + r) * in_row_bytes;
+      for (int64_t i = 0; i < s.d; ++i) acc[i] += wc * LoadElem(row, i, s.itemsize);
+    }
+    uint8_t* orow = dst + r * row_bytes;
+    for (int64_t i = 0; i < s.d; ++i) StoreElem(orow, i, acc[i], s.itemsize);
+    lse_p[r] = total > 0.f ? mx + std::log(total) : -std::numeric_limits<float>::infinity();
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HelixSanitizePackCpu, SanitizePackCpu,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()          // partial_out [T, H, D]
+                                  .Arg<ffi::Buffer<ffi::F32>>()   // lse [T, H]
+                                  .Arg<ffi::Buffer<ffi::PRED>>()  // zero_kv_mask [T]
+                                  .Ret<ffi::AnyBuffer>());        // payload [cp, T, Hc, W]
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HelixCombineCpu, CombineCpu,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()          // payload [cp, T, Hc, W]
+                                  .Ret<ffi::AnyBuffer>()          // out [T, Hc, D]
+                                  .Ret<ffi::Buffer<ffi::F32>>());  // lse [T, Hc]

@@ -1,0 +1,321 @@
+"""Contract tests of the Helix exchange targets (sanitize+pack, combine) and the exchange under shard_map.
+
+Every backend (jnp reference, FFI) is checked against independent numpy oracles: the payload bits
+against a numpy-built payload, the combine against float64 math, the whole exchange against dense
+attention over the union of the ranks' KV. The FFI backend must not skip: CI builds ffi/ first.
+GPU variants (``-m gpu``) run the same checks with the CUDA handlers.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from helix_jax.mesh import make_cp_mesh
+from helix_jax.ops import exchange as ex
+from helix_jax.ops.exchange import reference as exref
+
+IMPLS = ("reference", "ffi")
+DTYPES = (jnp.float32, jnp.bfloat16)
+D = 512
+
+
+def _np_dtype(dtype):
+    return np.float32 if jnp.dtype(dtype) == jnp.float32 else ml_dtypes.bfloat16
+
+
+def _uint(dtype):
+    return np.uint32 if jnp.dtype(dtype).itemsize == 4 else np.uint16
+
+
+# ----------------------------------------------------------------------------------------- oracles
+def oracle_payload(o, lse, mask, cp):
+    """numpy payload: o [T,H,D] (np bf16/f32), lse [T,H] f32, mask [T] -> uint [cp,T,Hc,W]."""
+    t, h, d = o.shape
+    u = _uint(o.dtype)
+    pad = 16 // o.dtype.itemsize
+    rows = np.zeros((t, h, d + pad), u)
+    ob = o.view(u).copy()
+    ob[mask] = 0
+    rows[..., :d] = ob
+    l = lse.astype(np.float32).copy()
+    l[mask] = -np.inf
+    lb = l.reshape(t, h, 1).view(u)  # 1 uint32 or 2 uint16 (little-endian halves)
+    rows[..., d:d + lb.shape[-1]] = lb
+    hc = h // cp
+    return rows.reshape(t, cp, hc, d + pad).transpose(1, 0, 2, 3)
+
+
+def oracle_combine(o, lse):
+    """float64 LSE combine: o [cp,T,Hc,D], lse [cp,T,Hc] -> ([T,Hc,D], [T,Hc]); all-empty -> 0, -inf."""
+    o = np.asarray(o, np.float64)
+    lse = np.asarray(lse, np.float64)
+    m = lse.max(0)
+    safe = np.where(np.isfinite(m), m, 0.0)
+    w = np.exp(lse - safe)
+    tot = w.sum(0)
+    out = np.zeros(o.shape[1:])
+    for s in range(o.shape[0]):
+        live = w[s] > 0
+        out[live] += (w[s][live] / tot[live])[:, None] * o[s][live]
+    return out, np.where(tot > 0, safe + np.log(np.where(tot > 0, tot, 1.0)), -np.inf)
+
+
+def _partials(rng, t, h, d, dtype, *, empty=None):
+    """Random partial outputs [T,H,D] / LSE [T,H]; rows where ``empty`` [T] is set hold NaN garbage."""
+    o = rng.standard_normal((t, h, d)).astype(_np_dtype(dtype))
+    lse = (3.0 * rng.standard_normal((t, h))).astype(np.float32)
+    if empty is not None:
+        o[empty] = np.nan
+        lse[empty] = np.nan
+    return o, lse
+
+
+# ------------------------------------------------------------------------------------ pack contract
+def _check_pack(impl, dtype, rng, t, h, cp, mask):
+    o, lse = _partials(rng, t, h, D, dtype, empty=mask)   # NaN garbage in the masked rows (R11)
+    got = ex.sanitize_pack(jnp.asarray(o), jnp.asarray(lse), jnp.asarray(mask), cp_size=cp, implementation=impl)
+    want = oracle_payload(o, lse, mask, cp)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("t,h,cp", [(5, 6, 2), (3, 15, 3), (4, 8, 1)])   # Hc = 3, 5 odd (R13); cp = 1
+def test_sanitize_pack_bits(impl, dtype, t, h, cp, rng):
+    mask = rng.random(t) < 0.4
+    mask[0], mask[-1] = True, False
+    _check_pack(impl, dtype, rng, t, h, cp, mask)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_sanitize_pack_no_mask_is_pass_through(impl, rng):
+    o, lse = _partials(rng, 3, 4, D, jnp.bfloat16)
+    got = ex.sanitize_pack(jnp.asarray(o), jnp.asarray(lse), None, cp_size=2, implementation=impl)
+    np.testing.assert_array_equal(np.asarray(got), oracle_payload(o, lse, np.zeros(3, bool), 2))
+
+
+# --------------------------------------------------------------------------------- combine contract
+def _received_payload(rng, cp, t, hc, dtype, *, empty_src=None, all_empty_rows=()):
+    """A received payload [cp,T,Hc,W] with empty partials: (-inf LSE, NaN garbage data)."""
+    o, lse = _partials(rng, cp * t, hc, D, dtype)
+    o, lse = o.reshape(cp, t, hc, D), lse.reshape(cp, t, hc)
+    empty = rng.random((cp, t, hc)) < 0.25
+    if empty_src is not None:
+        empty[empty_src] = True                     # a whole rank with no KV (R9)
+    for r in all_empty_rows:
+        empty[:, r] = True
+    o[empty] = np.nan                               # garbage that must never leak (0 * NaN)
+    lse[empty] = -np.inf
+    pad = 16 // o.dtype.itemsize
+    u = _uint(o.dtype)
+    payload = np.zeros((cp, t, hc, D + pad), u)
+    payload[..., :D] = o.view(u)
+    lb = lse.reshape(cp, t, hc, 1).view(u)
+    payload[..., D:D + lb.shape[-1]] = lb
+    o_clean = np.where(empty[..., None], 0.0, o.astype(np.float64))
+    return payload, o_clean, lse
+
+
+def _poisoned_call(fn, poison_args, args):
+    """Run ``fn`` once on NaN inputs and free its outputs so the real call's buffers likely reuse them."""
+    junk = fn(*poison_args)
+    jax.block_until_ready(junk)
+    for x in jax.tree.leaves(junk):
+        x.delete()
+    return fn(*args)
+
+
+def _check_combine(impl, dtype, rng, cp, t, hc, **kw):
+    payload, o64, lse = _received_payload(rng, cp, t, hc, dtype, **kw)
+    fn = jax.jit(functools.partial(ex.combine_payload, dtype=dtype, implementation=impl))
+    nan_payload = np.full_like(payload, 0xFFFF if payload.dtype == np.uint16 else 0x7FC00000)
+    out, lse_out = _poisoned_call(fn, (jnp.asarray(nan_payload),), (jnp.asarray(payload),))
+    want, want_lse = oracle_combine(o64, lse)
+    assert out.dtype == jnp.dtype(dtype) and out.shape == (t, hc, D) and lse_out.dtype == jnp.float32
+    out = np.asarray(out.astype(jnp.float32), np.float64)
+    assert np.isfinite(out).all()
+    tol = 1e-5 if jnp.dtype(dtype) == jnp.float32 else 1e-2
+    np.testing.assert_allclose(out, want, atol=tol, rtol=tol)
+    np.testing.assert_allclose(np.asarray(lse_out), want_lse, atol=1e-5, rtol=1e-5)
+    return out, np.asarray(lse_out)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("cp,t,hc", [(2, 5, 3), (4, 3, 5), (1, 4, 2)])
+def test_combine_float64_oracle(impl, dtype, cp, t, hc, rng):
+    _check_combine(impl, dtype, rng, cp, t, hc, empty_src=cp - 1 if cp > 1 else None)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_combine_all_empty_rows_give_zero_and_neg_inf(impl, rng):
+    out, lse = _check_combine(impl, jnp.bfloat16, rng, 3, 4, 3, all_empty_rows=(1, 3))
+    assert (out[[1, 3]] == 0).all() and np.isneginf(lse[[1, 3]]).all()
+    assert np.isfinite(lse[[0, 2]]).all()
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_combine_empty_rank_equals_combine_over_the_others(impl, rng):
+    """R9: cp=4 with rank 3 empty == the combine over ranks 0..2."""
+    payload, _, _ = _received_payload(rng, 4, 3, 2, jnp.float32, empty_src=3)
+    p = jnp.asarray(payload)
+    a = ex.combine_payload(p, dtype=jnp.float32, implementation=impl)
+    b = ex.combine_payload(p[:3], dtype=jnp.float32, implementation=impl)
+    np.testing.assert_allclose(np.asarray(a[0]), np.asarray(b[0]), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(a[1]), np.asarray(b[1]), rtol=1e-6, atol=1e-6)
+
+
+# ------------------------------------------------------------------- the exchange across a cp mesh
+def _attention_partials(rng, cp, t, h, dtype, *, empty_rank_tokens):
+    """Per-rank partials of attention over disjoint random KV shards, plus the dense float64 answer.
+
+    Rank r holds ``n_r`` random values with random logits for each (token, head); in
+    ``empty_rank_tokens`` tokens the last rank holds none (mask True, garbage partial).
+    Returns o [cp,T,H,D], lse [cp,T,H], mask [cp,T], want [T,H,D].
+    """
+    n = rng.integers(1, 5, size=cp)
+    logits = [rng.standard_normal((t, h, k)) * 2 for k in n]
+    vals = [rng.standard_normal((k, D)) for k in n]
+    mask = np.zeros((cp, t), bool)
+    mask[cp - 1, list(empty_rank_tokens)] = True
+    o = np.empty((cp, t, h, D))
+    lse = np.empty((cp, t, h))
+    for r in range(cp):
+        m = logits[r].max(-1, keepdims=True)
+        e = np.exp(logits[r] - m)
+        o[r] = (e / e.sum(-1, keepdims=True)) @ vals[r]
+        lse[r] = (m[..., 0] + np.log(e.sum(-1)))
+    o[mask] = np.nan
+    lse[mask] = np.nan
+    # dense: every token sees the union of the shards, minus the last rank's where masked
+    want = np.empty((t, h, D))
+    for i in range(t):
+        keep = [r for r in range(cp) if not mask[r, i]]
+        lg = np.concatenate([logits[r][i] for r in keep], -1)
+        v = np.concatenate([vals[r] for r in keep], 0)
+        w = np.exp(lg - lg.max(-1, keepdims=True))
+        want[i] = (w / w.sum(-1, keepdims=True)) @ v
+    return o.astype(_np_dtype(dtype)), lse.astype(np.float32), mask, want
+
+
+def _run_exchange(impl, dtype, rng, cp, b, g, h, devices=None):
+    t = b * g
+    o, lse, mask, want = _attention_partials(rng, cp, t, h, dtype, empty_rank_tokens=range(0, t, 2))
+    mesh = make_cp_mesh(cp, devices=devices)
+
+    def body(o, lse, mask):
+        out, l = ex.exchange(o[0], lse[0], mask[0], axis_name="cp", cp_size=cp, implementation=impl)
+        return out, l
+
+    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("cp"), P("cp"), P("cp")),
+                              out_specs=(P(None, None, "cp"), P(None, None, "cp")), check_vma=False))
+    out, l = f(jnp.asarray(o.reshape(cp, b, g, h, D)), jnp.asarray(lse.reshape(cp, b, g, h)),
+               jnp.asarray(mask.reshape(cp, b, g)))
+    out = np.asarray(out.astype(jnp.float32), np.float64).reshape(t, h, D)
+    assert np.isfinite(out).all() and np.isfinite(np.asarray(l)).all()
+    tol = 1e-5 if jnp.dtype(dtype) == jnp.float32 else 2e-2
+    np.testing.assert_allclose(out, want, atol=tol, rtol=tol)
+    return out
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("dtype,cp,h", [(jnp.float32, 2, 6), (jnp.bfloat16, 4, 8), (jnp.float32, 3, 9)])
+def test_exchange_matches_dense_attention(impl, dtype, cp, h, rng):
+    _run_exchange(impl, dtype, rng, cp, 2, 3, h)
+
+
+def test_exchange_backends_agree_and_helix_module_uses_it(rng):
+    from helix_jax import exchange as hx
+    o = jnp.asarray(rng.standard_normal((2, 2, 4, D)), jnp.float32)
+    lse = jnp.asarray(rng.standard_normal((2, 2, 4)), jnp.float32)
+    mask = jnp.asarray([[True, False], [False, False]])
+    mesh = make_cp_mesh(2)
+    outs = []
+    for fn in (functools.partial(hx.exchange_and_combine, implementation="ffi"),
+               functools.partial(hx.exchange_and_combine, implementation="reference"),
+               hx.exchange_and_combine_unpacked):
+        g = jax.jit(jax.shard_map(lambda a, b, c: fn(a, b, c, axis_name="cp", cp_size=2), mesh=mesh,
+                                  in_specs=(P(), P(), P()), out_specs=(P(None, None, "cp"), P(None, None, "cp")),
+                                  check_vma=False))
+        outs.append(np.asarray(g(o, lse, mask)[0]))
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(outs[0], outs[2], rtol=1e-6, atol=1e-6)
+
+
+def test_helix_mla_attention_ffi_matches_dense(rng):
+    """helix_mla_attention(implementation='ffi') (FFI decode + FFI exchange) vs float64 dense, cp=2."""
+    import helix_jax as hj
+    from helix_jax.cli.attention_check import dense_reference
+    b, g, h, page, max_len = 2, 4, 4, 8, 64
+    mesh = hj.make_cp_mesh(2)
+    lens = np.array([5, 30])                       # groups straddle a page / rank boundary
+    kv = rng.standard_normal((b, max_len, 576)).astype(np.float32)
+    q = rng.standard_normal((b, g, h, 576)).astype(np.float32)
+    pos = lens[:, None] + np.arange(g)
+    cache = hj.HelixMLACache.from_global(jnp.asarray(kv[..., :512]), jnp.asarray(kv[..., 512:]), lens, mesh=mesh,
+                                         page_size=page, max_len=max_len)
+    new = kv[np.arange(b)[:, None], pos]
+    scale = 1 / np.sqrt(192.0)
+    out, lse, _ = hj.helix_mla_attention(cache, q[..., :512], q[..., 512:], new[..., :512], new[..., 512:], pos,
+                                         softmax_scale=scale, implementation="ffi")
+    want = dense_reference(q, kv, pos, scale)
+    np.testing.assert_allclose(np.asarray(out, np.float64), want, atol=2e-5, rtol=2e-5)
+
+
+# ------------------------------------------------------------------------------------- bad input
+def test_bad_input_raises_value_error(rng):
+    o, lse = _partials(rng, 3, 4, D, jnp.float32)
+    o, lse = jnp.asarray(o), jnp.asarray(lse)
+    with pytest.raises(ValueError, match="divisible by cp_size"):
+        ex.sanitize_pack(o, lse, None, cp_size=3)
+    with pytest.raises(ValueError, match="lse must have shape"):
+        ex.sanitize_pack(o, lse[:, :2], None, cp_size=2)
+    with pytest.raises(ValueError, match="zero_kv_mask"):
+        ex.sanitize_pack(o, lse, jnp.zeros(3, jnp.int32), cp_size=2)
+    with pytest.raises(ValueError, match="bfloat16 or float32"):
+        ex.sanitize_pack(o.astype(jnp.float16), lse, None, cp_size=2, implementation="ffi")
+    with pytest.raises(ValueError, match="implementation must be"):
+        ex.sanitize_pack(o, lse, None, cp_size=2, implementation="cuda")
+    p = ex.sanitize_pack(o, lse, None, cp_size=2)
+    with pytest.raises(ValueError, match="payload must be uint16"):
+        ex.combine_payload(p, dtype=jnp.bfloat16)
+
+
+def test_reference_is_cpu_default_and_ffi_is_available():
+    assert ex.resolve(None, "cpu") == "reference"
+    assert ex.resolve("ffi", "cpu") == "ffi"   # CI builds ffi/ before pytest: must not be missing
+
+
+# ------------------------------------------------------------------------------------------- GPU
+def _gpu_devices():
+    devs = [d for d in jax.devices() if d.platform == "gpu"]
+    assert devs, "this test needs a GPU (run on the device machine with -m gpu)"
+    return devs
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_pack_and_combine_contract(dtype, rng):
+    _gpu_devices()
+    for t, h, cp in [(5, 6, 2), (3, 15, 3), (64, 128, 2)]:
+        mask = rng.random(t) < 0.4
+        mask[0] = True
+        _check_pack("ffi", dtype, rng, t, h, cp, mask)
+    for cp, t, hc in [(2, 5, 3), (4, 3, 5), (2, 512, 64)]:
+        _check_combine("ffi", dtype, rng, cp, t, hc, empty_src=cp - 1)
+    _check_combine("ffi", dtype, rng, 3, 4, 3, all_empty_rows=(1, 3))
+
+
+@pytest.mark.gpu
+def test_gpu_exchange_across_gpus(rng):
+    devs = _gpu_devices()
+    cp = 2 if len(devs) >= 2 else 1
+    for dtype in DTYPES:
+        _run_exchange("ffi", dtype, rng, cp, 4, 4, 16, devices=devs)
