@@ -1,0 +1,475 @@
+// CUDA handler of the helix_mla_decode FFI target for Hopper (sm_90a).
+//
+// Three launches per call, all on XLA's stream:
+//   1. mla_schedule   (1 thread)   splits the step's total KV work evenly over `num_parts` CTAs per
+//                                  64-row query tile, from kv_bounds on the device (like FlashMLA's
+//                                  metadata): segments (b, first block, end block) in (b, block) order.
+//   2. mla_split_kv   (num_parts x row tiles, 256 threads) each CTA walks its segments; per segment
+//                                  it keeps a 64-row x 512 fp32 output tile (two column halves over two
+//                                  sets of 4 warps), streams 64-token KV tiles through a cp.async double
+//                                  buffer, runs QK^T and PV on tensor cores (mma.sync m16n8k16) and
+//                                  writes a locally normalised partial (o, lse) per segment.
+//   3. mla_combine    (B*G*H blocks) exact LSE-weighted merge of a sequence's segments into o / lse.
+// Query rows = G*H folded (row r = g*H + h); each row is masked by its own token's bound.
+// Only slots < max_g bound of a sequence are read, only through its page table; zero-filled otherwise.
+#include "xla/ffi/api/ffi.h"  // before any other CUDA/CUTLASS header (DESIGN.md, FFI pitfalls)
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "mla_decode_common.h"
+
+namespace helix_ffi {
+namespace {
+
+constexpr int kDl = 512, kDr = 64, kD = kDl + kDr;
+constexpr int kRowsTile = 64, kTokTile = 64, kThreads = 256;
+constexpr int kChunks = kD / 8;                       // 16-byte chunks per 576-wide row
+constexpr int kTileElems = kRowsTile * kD;            // one Q or KV tile, elements
+constexpr int kSmemBytes = 3 * kTileElems * 2 + kRowsTile * kTokTile * 2 + 2 * kRowsTile * 4;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kSegOverhead = 1;                       // cost of starting a segment, in KV tiles
+
+struct Sched {
+  int4* seg;        // [max_segs] (b, blk0, blk1, -)
+  int2* part;       // [num_parts] (seg_begin, seg_end)
+  int2* batch;      // [B] (seg_begin, nseg)
+};
+
+__device__ __forceinline__ int SeqLen(const int* bounds, int b, int G, int cap) {
+  int len = 0;
+  for (int g = 0; g < G; ++g) len = max(len, min(max(bounds[b * G + g], 0), cap));
+  return len;
+}
+
+__global__ void mla_schedule(const int* __restrict__ bounds, int B, int G, int cap, int num_parts, Sched s) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  long long total = 0;
+  for (int b = 0; b < B; ++b) {
+    int nblk = (SeqLen(bounds, b, G, cap) + kTokTile - 1) / kTokTile;
+    total += nblk ? nblk + kSegOverhead : 0;
+  }
+  const long long per_part = (total + num_parts - 1) / num_parts + kSegOverhead;
+  int p = 0, seg = 0;
+  long long budget = per_part;
+  s.part[0].x = 0;
+  for (int b = 0; b < B; ++b) {
+    const int nblk = (SeqLen(bounds, b, G, cap) + kTokTile - 1) / kTokTile;
+    s.batch[b].x = seg;
+    int blk = 0;
+    while (blk < nblk) {
+      if (budget < kSegOverhead + 1 && p < num_parts - 1) {
+        s.part[p].y = seg;
+        ++p;
+        s.part[p].x = seg;
+        budget = per_part;
+      }
+      int take = nblk - blk;
+      if (p < num_parts - 1) take = (int)min((long long)take, budget - kSegOverhead);
+      s.seg[seg] = make_int4(b, blk, blk + take, 0);
+      ++seg;
+      budget -= take + kSegOverhead;
+      blk += take;
+    }
+    s.batch[b].y = seg - s.batch[b].x;
+  }
+  s.part[p].y = seg;
+  for (int q = p + 1; q < num_parts; ++q) s.part[q] = make_int2(seg, seg);
+}
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool valid) {
+  const int n = valid ? 16 : 0;  // 0 bytes read -> zero fill
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(dst)), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void Ldsm4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(SmemAddr(p)));
+}
+__device__ __forceinline__ void Ldsm4T(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(SmemAddr(p)));
+}
+
+template <bool kBf16>
+__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (kBf16) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+template <bool kBf16>
+__device__ __forceinline__ uint32_t Pack2(float lo, float hi) {
+  if constexpr (kBf16) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+}
+
+// Element offset of 16-byte chunk `ch` of row `row` in a tile with `chunks` chunks per row; the XOR
+// swizzle keeps ldmatrix's 8 rows at one chunk index on 8 distinct bank groups.
+__device__ __forceinline__ int Swz(int row, int ch, int chunks) { return row * chunks * 8 + ((ch ^ (row & 7)) << 3); }
+
+struct Params {
+  const uint16_t* q_lat;   // [B, GH, 512]
+  const uint16_t* q_rope;  // [B, GH, 64]
+  const uint16_t* c_lat;   // [N, P, 512]
+  const uint16_t* k_rope;  // [N, P, 64]
+  const int* page_table;   // [B, npp]
+  const int* bounds;       // [B, G]
+  float* o_part;           // [max_segs, GH, 512]
+  float* lse_part;         // [max_segs, GH]
+  int B, G, H, GH, P, npp, N, cap;
+  float scale_log2;
+};
+
+// One 64-token KV tile (latent + rope, 576 wide) of sequence b into shared memory; slots >= len are
+// zero-filled without a global read.
+__device__ __forceinline__ void LoadKv(uint16_t* sk, const Params& p, int b, int blk, int len) {
+  const int* pt = p.page_table + (long long)b * p.npp;
+  for (int i = threadIdx.x; i < kTokTile * kChunks; i += kThreads) {
+    const int tok = i / kChunks, ch = i - tok * kChunks;
+    const int t = blk * kTokTile + tok;
+    const bool valid = t < len;
+    const uint16_t* src = p.c_lat;
+    if (valid) {
+      const int page = min(max(pt[t / p.P], 0), p.N - 1);
+      const long long row = (long long)page * p.P + (t % p.P);
+      src = ch < kDl / 8 ? p.c_lat + row * kDl + ch * 8 : p.k_rope + row * kDr + (ch - kDl / 8) * 8;
+    }
+    CpAsync16(sk + Swz(tok, ch, kChunks), src, valid);
+  }
+}
+
+__device__ __forceinline__ void LoadQ(uint16_t* sq, const Params& p, int b, int row0) {
+  for (int i = threadIdx.x; i < kRowsTile * kChunks; i += kThreads) {
+    const int r = i / kChunks, ch = i - r * kChunks;
+    const int gr = row0 + r;
+    const bool valid = gr < p.GH;
+    const long long qrow = (long long)b * p.GH + gr;
+    const uint16_t* src = p.q_lat;
+    if (valid) src = ch < kDl / 8 ? p.q_lat + qrow * kDl + ch * 8 : p.q_rope + qrow * kDr + (ch - kDl / 8) * 8;
+    CpAsync16(sq + Swz(r, ch, kChunks), src, valid);
+  }
+}
+
+template <bool kBf16>
+__global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  uint16_t* sQ = reinterpret_cast<uint16_t*>(smem);
+  uint16_t* sK0 = sQ + kTileElems;
+  uint16_t* sP = sQ + 3 * kTileElems;                              // [64 rows][64 tokens]
+  float* sRed = reinterpret_cast<float*>(sP + kRowsTile * kTokTile);  // [2][64]
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int rg = warp & 3;   // rows 16*rg .. 16*rg+15 of the tile
+  const int half = warp >> 2;  // QK^T: tokens 32*half..; PV: output columns 256*half..
+  const int row0 = blockIdx.y * kRowsTile;
+  const int2 range = s.part[blockIdx.x];
+  const int lr0 = rg * 16 + lane / 4, lr1 = lr0 + 8;  // this thread's two tile rows
+
+  for (int si = range.x; si < range.y; ++si) {
+    const int4 seg = s.seg[si];
+    const int b = seg.x, blk0 = seg.y, blk1 = seg.z;
+    const int len = SeqLen(p.bounds, b, p.G, p.cap);
+    int bnd0 = 0, bnd1 = 0;
+    if (row0 + lr0 < p.GH) bnd0 = min(max(p.bounds[b * p.G + (row0 + lr0) / p.H], 0), p.cap);
+    if (row0 + lr1 < p.GH) bnd1 = min(max(p.bounds[b * p.G + (row0 + lr1) / p.H], 0), p.cap);
+
+    LoadQ(sQ, p, b, row0);
+    LoadKv(sK0, p, b, blk0, len);
+    CpAsyncCommit();
+
+    float acc[32][4];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+
+    for (int blk = blk0; blk < blk1; ++blk) {
+      uint16_t* sK = sK0 + ((blk - blk0) & 1) * kTileElems;
+      if (blk + 1 < blk1) {
+        LoadKv(sK0 + ((blk + 1 - blk0) & 1) * kTileElems, p, b, blk + 1, len);
+        CpAsyncCommit();
+        CpAsyncWait<1>();
+      } else {
+        CpAsyncWait<0>();
+      }
+      __syncthreads();
+
+      // S = Q K^T for rows 16*rg.., tokens 32*half.. (fp32 accumulate).
+      float sc[4][4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.f;
+#pragma unroll 4
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        uint32_t a[4];
+        const int ar = rg * 16 + (lane & 15);
+        Ldsm4(a, sQ + Swz(ar, ks * 2 + (lane >> 4), kChunks));
+#pragma unroll
+        for (int np = 0; np < 2; ++np) {
+          uint32_t bb[4];
+          const int tok = half * 32 + np * 16 + (lane >> 4) * 8 + (lane & 7);
+          Ldsm4(bb, sK + Swz(tok, ks * 2 + ((lane >> 3) & 1), kChunks));
+          Mma<kBf16>(sc[np * 2], a, bb[0], bb[1]);
+          Mma<kBf16>(sc[np * 2 + 1], a, bb[2], bb[3]);
+        }
+      }
+      // Scale to log2 units, mask by each row's own bound, row max over this warp's 32 tokens.
+      float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int t = blk * kTokTile + half * 32 + nt * 8 + (lane & 3) * 2 + j;
+          sc[nt][j] = t < bnd0 ? sc[nt][j] * p.scale_log2 : -INFINITY;
+          sc[nt][2 + j] = t < bnd1 ? sc[nt][2 + j] * p.scale_log2 : -INFINITY;
+          mx0 = fmaxf(mx0, sc[nt][j]);
+          mx1 = fmaxf(mx1, sc[nt][2 + j]);
+        }
+      }
+#pragma unroll
+      for (int off = 1; off <= 2; off <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+      }
+      if ((lane & 3) == 0) {
+        sRed[half * kRowsTile + lr0] = mx0;
+        sRed[half * kRowsTile + lr1] = mx1;
+      }
+      __syncthreads();
+      const float mn0 = fmaxf(m0, fmaxf(sRed[lr0], sRed[kRowsTile + lr0]));
+      const float mn1 = fmaxf(m1, fmaxf(sRed[lr1], sRed[kRowsTile + lr1]));
+      const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
+      const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
+      m0 = mn0;
+      m1 = mn1;
+      float rs0 = 0.f, rs1 = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        sc[nt][0] = exp2f(sc[nt][0] - mu0);
+        sc[nt][1] = exp2f(sc[nt][1] - mu0);
+        sc[nt][2] = exp2f(sc[nt][2] - mu1);
+        sc[nt][3] = exp2f(sc[nt][3] - mu1);
+        rs0 += sc[nt][0] + sc[nt][1];
+        rs1 += sc[nt][2] + sc[nt][3];
+        const int tok = half * 32 + nt * 8 + (lane & 3) * 2;
+        *reinterpret_cast<uint32_t*>(sP + Swz(lr0, tok >> 3, 8) + (tok & 7)) = Pack2<kBf16>(sc[nt][0], sc[nt][1]);
+        *reinterpret_cast<uint32_t*>(sP + Swz(lr1, tok >> 3, 8) + (tok & 7)) = Pack2<kBf16>(sc[nt][2], sc[nt][3]);
+      }
+      l0 = l0 * al0 + rs0;
+      l1 = l1 * al1 + rs1;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        acc[i][0] *= al0;
+        acc[i][1] *= al0;
+        acc[i][2] *= al1;
+        acc[i][3] *= al1;
+      }
+      __syncthreads();
+
+      // O[rows 16*rg.., cols 256*half..] += P[rows, 64 tokens] V[64 tokens, cols].
+#pragma unroll
+      for (int ks = 0; ks < kTokTile / 16; ++ks) {
+        uint32_t a[4];
+        const int ar = rg * 16 + (lane & 15);
+        Ldsm4(a, sP + Swz(ar, ks * 2 + (lane >> 4), 8));
+        const int tok = ks * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+        for (int nc = 0; nc < 16; ++nc) {
+          uint32_t bb[4];
+          Ldsm4T(bb, sK + Swz(tok, half * 32 + nc * 2 + (lane >> 4), kChunks));
+          Mma<kBf16>(acc[nc * 2], a, bb[0], bb[1]);
+          Mma<kBf16>(acc[nc * 2 + 1], a, bb[2], bb[3]);
+        }
+      }
+      __syncthreads();
+    }
+
+    // Row sums: 4 lanes per row in this warp, then the two token halves through shared memory.
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+      l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+      l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+    }
+    if ((lane & 3) == 0) {
+      sRed[half * kRowsTile + lr0] = l0;
+      sRed[half * kRowsTile + lr1] = l1;
+    }
+    __syncthreads();
+    const float L0 = sRed[lr0] + sRed[kRowsTile + lr0], L1 = sRed[lr1] + sRed[kRowsTile + lr1];
+    const float inv0 = L0 > 0.f ? 1.f / L0 : 0.f, inv1 = L1 > 0.f ? 1.f / L1 : 0.f;
+    const int gr0 = row0 + lr0, gr1 = row0 + lr1;
+    float* o0 = p.o_part + ((long long)si * p.GH + gr0) * kDl + half * 256 + (lane & 3) * 2;
+    float* o1 = p.o_part + ((long long)si * p.GH + gr1) * kDl + half * 256 + (lane & 3) * 2;
+#pragma unroll
+    for (int nt = 0; nt < 32; ++nt) {
+      if (gr0 < p.GH) *reinterpret_cast<float2*>(o0 + nt * 8) = make_float2(acc[nt][0] * inv0, acc[nt][1] * inv0);
+      if (gr1 < p.GH) *reinterpret_cast<float2*>(o1 + nt * 8) = make_float2(acc[nt][2] * inv1, acc[nt][3] * inv1);
+    }
+    if (half == 0 && (lane & 3) == 0) {
+      if (gr0 < p.GH) p.lse_part[(long long)si * p.GH + gr0] = L0 > 0.f ? (m0 + __log2f(L0)) * kLn2 : -INFINITY;
+      if (gr1 < p.GH) p.lse_part[(long long)si * p.GH + gr1] = L1 > 0.f ? (m1 + __log2f(L1)) * kLn2 : -INFINITY;
+    }
+    __syncthreads();  // sQ / sRed are rewritten by the next segment
+  }
+}
+
+// Exact merge of a sequence's segment partials; one 128-thread block per (b, row), 4 columns each.
+template <bool kBf16>
+__global__ void __launch_bounds__(128) mla_combine(const float* __restrict__ o_part, const float* __restrict__ lse_part,
+                                                    Sched s, int GH, uint16_t* __restrict__ o, float* __restrict__ lse) {
+  const int b = blockIdx.x / GH, row = blockIdx.x % GH;
+  const int2 bs = s.batch[b];
+  float m = -INFINITY;
+  for (int i = 0; i < bs.y; ++i) m = fmaxf(m, lse_part[(long long)(bs.x + i) * GH + row]);
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  float sum = 0.f;
+  if (m != -INFINITY) {
+    for (int i = 0; i < bs.y; ++i) {
+      const long long r = (long long)(bs.x + i) * GH + row;
+      const float w = __expf(lse_part[r] - m);
+      if (w == 0.f) continue;  // an empty segment's o is 0 anyway; skip its read
+      sum += w;
+      const float4 v = *reinterpret_cast<const float4*>(o_part + r * kDl + threadIdx.x * 4);
+      acc[0] += w * v.x; acc[1] += w * v.y; acc[2] += w * v.z; acc[3] += w * v.w;
+    }
+  }
+  const float inv = sum > 0.f ? 1.f / sum : 0.f;
+  const long long orow = (long long)b * GH + row;
+  uint32_t* dst = reinterpret_cast<uint32_t*>(o + orow * kDl + threadIdx.x * 4);
+  dst[0] = Pack2<kBf16>(acc[0] * inv, acc[1] * inv);
+  dst[1] = Pack2<kBf16>(acc[2] * inv, acc[3] * inv);
+  if (threadIdx.x == 0) lse[orow] = sum > 0.f ? m + __logf(sum) : -INFINITY;
+}
+
+#define HELIX_CUDA_CHECK(expr)                                                                      \
+  do {                                                                                              \
+    cudaError_t e_ = (expr);                                                                        \
+    if (e_ != cudaSuccess)                                                                          \
+      return ffi::Error::Internal(std::string("helix_mla_decode: ") + #expr + ": " + cudaGetErrorString(e_)); \
+  } while (0)
+
+size_t AlignUp(size_t x) { return (x + 255) & ~size_t(255); }
+
+template <bool kBf16>
+ffi::Error Launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, const Params& base, int num_sms,
+                  uint16_t* o, float* lse) {
+  static std::once_flag once;
+  static cudaError_t attr_err = cudaSuccess;
+  std::call_once(once, [] {
+    attr_err = cudaFuncSetAttribute(mla_split_kv<kBf16>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  });
+  HELIX_CUDA_CHECK(attr_err);
+  Params p = base;
+  const int mtiles = (p.GH + kRowsTile - 1) / kRowsTile;
+  const int num_parts = num_sms / mtiles > 1 ? num_sms / mtiles : 1;
+  const long long max_segs = (long long)p.B + num_parts;
+  const size_t seg_b = AlignUp(sizeof(int4) * max_segs), part_b = AlignUp(sizeof(int2) * num_parts),
+               batch_b = AlignUp(sizeof(int2) * p.B), lse_b = AlignUp(sizeof(float) * max_segs * p.GH),
+               o_b = AlignUp(sizeof(float) * max_segs * p.GH * kDl);
+  auto mem = scratch.Allocate(seg_b + part_b + batch_b + lse_b + o_b, 256);
+  if (!mem.has_value()) return ffi::Error::Internal("helix_mla_decode: scratch allocation failed");
+  char* w = static_cast<char*>(*mem);
+  Sched s{reinterpret_cast<int4*>(w), reinterpret_cast<int2*>(w + seg_b), reinterpret_cast<int2*>(w + seg_b + part_b)};
+  p.lse_part = reinterpret_cast<float*>(w + seg_b + part_b + batch_b);
+  p.o_part = reinterpret_cast<float*>(w + seg_b + part_b + batch_b + lse_b);
+
+  mla_schedule<<<1, 1, 0, stream>>>(p.bounds, p.B, p.G, p.cap, num_parts, s);
+  HELIX_CUDA_CHECK(cudaGetLastError());
+  mla_split_kv<kBf16><<<dim3(num_parts, mtiles), kThreads, kSmemBytes, stream>>>(p, s);
+  HELIX_CUDA_CHECK(cudaGetLastError());
+  mla_combine<kBf16><<<(unsigned)(p.B * p.GH), 128, 0, stream>>>(p.o_part, p.lse_part, s, p.GH, o, lse);
+  HELIX_CUDA_CHECK(cudaGetLastError());
+  return ffi::Error::Success();
+}
+
+int NumSms() {
+  static int cached[64] = {0};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return -1;
+  if (dev < 64 && cached[dev] > 0) return cached[dev];
+  int n = 0;
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return -1;
+  if (dev < 64) cached[dev] = n;
+  return n;
+}
+
+ffi::Error MlaDecodeCuda(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer q_lat,
+                         ffi::AnyBuffer q_rope, ffi::AnyBuffer c_lat, ffi::AnyBuffer k_rope,
+                         ffi::Buffer<ffi::S32> page_table, ffi::Buffer<ffi::S32> kv_bounds, float softmax_scale,
+                         ffi::Result<ffi::AnyBuffer> o, ffi::Result<ffi::Buffer<ffi::F32>> lse) {
+  MlaShape s;
+  std::string err = CheckMlaShapes(q_lat, q_rope, c_lat, k_rope, page_table.dimensions(), kv_bounds.dimensions(),
+                                   o->dimensions(), lse->dimensions(), &s);
+  if (!err.empty()) return ffi::Error::InvalidArgument("helix_mla_decode (CUDA): " + err);
+  const auto t = q_lat.element_type();
+  if ((t != ffi::DataType::BF16 && t != ffi::DataType::F16) || c_lat.element_type() != t || o->element_type() != t)
+    return ffi::Error::InvalidArgument("helix_mla_decode (CUDA): q, KV and o must share one dtype, bf16 or f16");
+  if (s.Dl != kDl || s.Dr != kDr)
+    return ffi::Error::InvalidArgument("helix_mla_decode (CUDA): needs Dl=512 and Dr=64, got Dl=" +
+                                       std::to_string(s.Dl) + ", Dr=" + std::to_string(s.Dr));
+  if (s.P % 16 != 0)
+    return ffi::Error::InvalidArgument("helix_mla_decode (CUDA): page size must be a multiple of 16, got " +
+                                       std::to_string(s.P));
+  if (s.N * s.P * kDl >= (1LL << 40) || s.npp * s.P >= (1LL << 30) || s.B * s.rows() >= (1LL << 31))
+    return ffi::Error::InvalidArgument("helix_mla_decode (CUDA): shapes too large");
+  if (s.B == 0 || s.rows() == 0) return ffi::Error::Success();
+  if (s.N == 0) return ffi::Error::InvalidArgument("helix_mla_decode (CUDA): empty page pool");
+  const int num_sms = NumSms();
+  if (num_sms <= 0) return ffi::Error::Internal("helix_mla_decode (CUDA): cannot read the multiprocessor count");
+
+  Params p{};
+  p.q_lat = static_cast<const uint16_t*>(q_lat.untyped_data());
+  p.q_rope = static_cast<const uint16_t*>(q_rope.untyped_data());
+  p.c_lat = static_cast<const uint16_t*>(c_lat.untyped_data());
+  p.k_rope = static_cast<const uint16_t*>(k_rope.untyped_data());
+  p.page_table = page_table.typed_data();
+  p.bounds = kv_bounds.typed_data();
+  p.B = (int)s.B; p.G = (int)s.G; p.H = (int)s.H; p.GH = (int)s.rows();
+  p.P = (int)s.P; p.npp = (int)s.npp; p.N = (int)s.N; p.cap = (int)(s.npp * s.P);
+  p.scale_log2 = softmax_scale * kLog2e;
+  auto* out = static_cast<uint16_t*>(o->untyped_data());
+  if (t == ffi::DataType::BF16) return Launch<true>(stream, scratch, p, num_sms, out, lse->typed_data());
+  return Launch<false>(stream, scratch, p, num_sms, out, lse->typed_data());
+}
+
+}  // namespace
+}  // namespace helix_ffi
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HelixMlaDecodeCuda, helix_ffi::MlaDecodeCuda,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<xla::ffi::ScratchAllocator>()
+                                  .Arg<xla::ffi::AnyBuffer>()                 // q_latent
+                                  .Arg<xla::ffi::AnyBuffer>()                 // q_rope
+                                  .Arg<xla::ffi::AnyBuffer>()                 // c_latent
+                                  .Arg<xla::ffi::AnyBuffer>()                 // k_rope
+                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()     // page_table
+                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()     // kv_bounds
+                                  .Attr<float>("softmax_scale")
+                                  .Ret<xla::ffi::AnyBuffer>()                 // o
+                                  .Ret<xla::ffi::Buffer<xla::ffi::F32>>());   // lse

@@ -1,0 +1,248 @@
+"""Shared contract test of ``ops.mla_decode`` (HELIX_SEMANTICS.md §5, R1, R2, R19) for every backend.
+
+CPU (CI): ``reference``, ``ffi`` (C++ CPU handler; a missing library FAILS, it never skips) and
+``pallas`` (``interpret=True``, small shapes). GPU (``-m gpu`` on the H200): ``ffi`` (CUDA kernel) and
+``pallas`` (Triton), up to B=128 and L=128K. The oracle is float64 numpy over the paged pool.
+Pools carry NaN in unused pages and in slots past every token's bound, so a read outside the valid
+region (or a masked 0 * NaN) shows up as NaN.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from helix_jax.cache import MLAPages
+from helix_jax.ops.mla_decode import mla_decode
+
+SCALE = 1.0 / np.sqrt(192.0)
+
+
+def oracle(q_lat, q_rope, c_lat, k_rope, page_table, bounds, scale):
+    """float64 bounded decode over the paged pool; ``(0, -inf)`` for bound-0 rows."""
+    q = np.concatenate([np.asarray(q_lat, np.float64), np.asarray(q_rope, np.float64)], -1)
+    kv = np.concatenate([np.asarray(c_lat, np.float64), np.asarray(k_rope, np.float64)], -1)
+    b_, g_, h_, _ = q.shape
+    p = kv.shape[1]
+    o = np.zeros((b_, g_, h_, 512))
+    lse = np.full((b_, g_, h_), -np.inf)
+    for b in range(b_):
+        n = int(bounds[b].max())
+        if n == 0:
+            continue
+        slots = np.arange(n)
+        k = kv[np.asarray(page_table)[b, slots // p], slots % p]          # [n, 576] local-slot order
+        for g in range(g_):
+            nb = int(bounds[b, g])
+            if nb == 0:
+                continue
+            logits = scale * q[b, g] @ k[:nb].T                               # [H, nb]
+            m = logits.max(-1, keepdims=True)
+            w = np.exp(logits - m)
+            o[b, g] = (w @ k[:nb, :512]) / w.sum(-1, keepdims=True)
+            lse[b, g] = m[:, 0] + np.log(w.sum(-1))
+    return o, lse
+
+
+def make_case(rng, *, bounds, H, P, npp, dtype=jnp.bfloat16, spare_pages=3):
+    """Random queries and pool; pages in random order; NaN wherever nothing may be read.
+
+    Each sequence gets fresh pages for its live slots; its table entries past them point at
+    spare all-NaN pages (a kernel that reads past the bound, or masks by 0 * value, sees NaN).
+    """
+    bounds = np.asarray(bounds, np.int32)
+    B, G = bounds.shape
+    need = [-(-int(bounds[b].max()) // P) for b in range(B)]
+    N = sum(need) + spare_pages
+    perm = rng.permutation(N).astype(np.int32)
+    spare = perm[sum(need):]
+    table = rng.choice(spare, size=(B, npp)).astype(np.int32)
+    start = 0
+    for b in range(B):
+        table[b, : need[b]] = perm[start: start + need[b]]
+        start += need[b]
+    c_lat = rng.standard_normal((N, P, 512), np.float32)
+    k_rope = rng.standard_normal((N, P, 64), np.float32)
+    live = np.zeros((N, P), bool)
+    for b in range(B):
+        slots = np.arange(int(bounds[b].max()))
+        live[table[b, slots // P], slots % P] = True
+    c_lat[~live] = np.nan   # spare pages, slots past every bound of their sequence
+    k_rope[~live] = np.nan
+    q_lat = rng.standard_normal((B, G, H, 512), np.float32)
+    q_rope = rng.standard_normal((B, G, H, 64), np.float32)
+    arrs = [jnp.asarray(x, dtype) for x in (q_lat, q_rope, c_lat, k_rope)]
+    return dict(q_lat=arrs[0], q_rope=arrs[1], c_lat=arrs[2], k_rope=arrs[3],
+                page_table=jnp.asarray(table), bounds=jnp.asarray(bounds))
+
+
+def run(case, implementation, scale=SCALE):
+    """Jitted call; the allocator is first filled with NaN buffers of the output sizes (poison)."""
+    b, g, h, dl = case["q_lat"].shape
+    poison = [jnp.full((b, g, h, dl), jnp.nan, case["q_lat"].dtype), jnp.full((b, g, h), jnp.nan, jnp.float32)]
+    jax.block_until_ready(poison)
+    del poison
+
+    @jax.jit
+    def f(ql, qr, cl, kr, pt, bd):
+        return mla_decode(ql, qr, MLAPages(cl, kr), pt, kv_bounds=bd, softmax_scale=scale,
+                          implementation=implementation)
+
+    o, lse = f(case["q_lat"], case["q_rope"], case["c_lat"], case["k_rope"], case["page_table"], case["bounds"])
+    return np.asarray(o.astype(jnp.float32), np.float64), np.asarray(lse, np.float64)
+
+
+def check(case, o, lse, *, scale=SCALE):
+    args = [np.asarray(case[k].astype(jnp.float32)) for k in ("q_lat", "q_rope", "c_lat", "k_rope")]
+    ref_o, ref_lse = oracle(*args, np.asarray(case["page_table"]), np.asarray(case["bounds"]), scale)
+    assert o.shape == ref_o.shape and lse.shape == ref_lse.shape
+    empty = np.broadcast_to((np.asarray(case["bounds"]) == 0)[:, :, None], lse.shape)
+    assert not np.isnan(o).any(), "NaN in o (unwritten output or a masked read of a NaN slot)"
+    assert not np.isnan(lse).any(), "NaN in lse"
+    assert np.all(lse[empty] == -np.inf), "bound-0 rows must have lse = -inf"
+    assert np.all(o[empty] == 0.0), "bound-0 rows must have o = 0"
+    assert np.all(np.isfinite(lse[~empty])), "non-empty rows must have a finite lse"
+    f32 = case["q_lat"].dtype == jnp.float32
+    tol_o, tol_lse = (1e-5, 1e-4) if f32 else (2e-2, 2e-2)
+    live = ~empty
+    if live.any():
+        err = np.linalg.norm(o[live] - ref_o[live]) / np.linalg.norm(ref_o[live])
+        assert err < tol_o, f"o relative error {err:.2e} >= {tol_o}"
+        lse_err = np.max(np.abs(lse[live] - ref_lse[live]))
+        assert lse_err < tol_lse, f"lse max abs error {lse_err:.2e} >= {tol_lse}"
+
+
+# Spec examples A and B (cp=2, P=4, G=4): per-rank bounds that differ from the implicit causal bound
+# K-(G-1)+j, including example B's rank-1 rows with bound 0 (R1, R2).
+EXAMPLE_BOUNDS = [[4, 4, 5, 6],   # A, rank 0 (implicit [3,4,5,6])
+                  [3, 4, 4, 4],   # A, rank 1 (implicit [1,2,3,4]) = B, rank 0
+                  [0, 0, 1, 2],   # B, rank 1 (implicit [-1,0,1,2])
+                  [0, 0, 0, 0]]   # a sequence this rank owns nothing of
+
+
+def _implicit(bounds):
+    k = bounds.max(1, keepdims=True)
+    g = bounds.shape[1]
+    return k - (g - 1) + np.arange(g)[None, :]
+
+
+def test_examples_differ_from_implicit_bound():
+    b = np.asarray(EXAMPLE_BOUNDS[:3])
+    assert np.all((b != _implicit(b)).any(axis=1))
+
+
+CPU_BACKENDS = ["reference", "ffi", "pallas"]
+
+
+@pytest.mark.parametrize("implementation", CPU_BACKENDS)
+def test_spec_examples(implementation, rng):
+    case = make_case(rng, bounds=EXAMPLE_BOUNDS, H=3, P=4, npp=2)
+    check(case, *run(case, implementation))
+
+
+@pytest.mark.parametrize("implementation", ["reference", "ffi"])
+@pytest.mark.parametrize("G", [1, 2, 3, 5, 8])
+def test_random_groups(implementation, G, rng):
+    """Unbalanced lengths that straddle pages, a zero-bound row and a fully empty sequence."""
+    P, npp = 16, 5
+    long_ = int(rng.integers(60, npp * P - G)) + np.arange(G)
+    short = np.minimum(int(rng.integers(1, 20)) + np.arange(G), npp * P)
+    mixed = np.arange(G) * 7
+    bounds = np.stack([long_, short, mixed, np.zeros(G, int)]).astype(np.int32)
+    case = make_case(rng, bounds=bounds, H=int(rng.integers(2, 5)), P=P, npp=npp)
+    check(case, *run(case, implementation))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float16])
+def test_ffi_cpu_dtypes(dtype, rng):
+    case = make_case(rng, bounds=[[37, 38, 39], [1, 0, 16]], H=2, P=16, npp=3, dtype=dtype)
+    check(case, *run(case, "ffi"))
+
+
+def test_pallas_interpret_random(rng):
+    """Pallas in interpret mode on a small unbalanced batch with G=3 (rows straddle a tile)."""
+    bounds = np.array([[45, 46, 47], [0, 1, 2], [16, 16, 16]], np.int32)
+    case = make_case(rng, bounds=bounds, H=6, P=16, npp=3)
+    check(case, *run(case, "pallas"))
+
+
+def test_ffi_scale_attribute_reaches_kernel(rng):
+    """A different softmax_scale must change the result exactly as the oracle says (attribute wiring)."""
+    case = make_case(rng, bounds=[[20, 21]], H=2, P=16, npp=2)
+    check(case, *run(case, "ffi", scale=0.31), scale=0.31)
+
+
+def test_ffi_under_shard_map(rng):
+    """The FFI op runs per rank inside shard_map: each rank decodes its own pool and table."""
+    from jax.sharding import PartitionSpec as P
+    cp = 2
+    mesh = jax.make_mesh((cp,), ("cp",), axis_types=(jax.sharding.AxisType.Explicit,), devices=jax.devices()[:cp])
+    cases = [make_case(rng, bounds=b, H=2, P=16, npp=2, spare_pages=1) for b in ([[20, 21], [0, 5]], [[3, 4], [31, 32]])]
+    shard = jax.sharding.NamedSharding(mesh, P("cp"))
+    stack = {k: jax.device_put(jnp.stack([c[k] for c in cases]), shard) for k in cases[0]}
+
+    def body(ql, qr, cl, kr, pt, bd):
+        o, lse = mla_decode(ql[0], qr[0], MLAPages(cl[0], kr[0]), pt[0], kv_bounds=bd[0], softmax_scale=SCALE,
+                            implementation="ffi")
+        return o[None], lse[None]
+
+    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("cp"),) * 6, out_specs=(P("cp"), P("cp"))))
+    o, lse = f(*(stack[k] for k in ("q_lat", "q_rope", "c_lat", "k_rope", "page_table", "bounds")))
+    o = np.asarray(o.astype(jnp.float32), np.float64)
+    lse = np.asarray(lse, np.float64)
+    for r, c in enumerate(cases):
+        check(c, o[r], lse[r])
+
+
+def test_ffi_cuda_lowering_emits_custom_call(rng):
+    """The CUDA lowering (no GPU needed) emits the custom call with its operands and attribute."""
+    from helix_jax.ops.mla_decode import ffi as ffi_backend
+    case = make_case(rng, bounds=[[64, 65]], H=4, P=64, npp=2)
+
+    def f(ql, qr, cl, kr, pt, bd):
+        return ffi_backend.mla_decode(ql, qr, cl, kr, pt, bd, 0.125)
+
+    args = [case[k] for k in ("q_lat", "q_rope", "c_lat", "k_rope", "page_table", "bounds")]
+    text = jax.jit(f).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    line = next(ln for ln in text.splitlines() if "custom_call" in ln and "helix_mla_decode" in ln)
+    assert "mhlo.backend_config = {softmax_scale = 1.250000e-01 : f32}" in line, line  # typed-FFI attribute
+    assert "tensor<1x2x4x512xbf16>, tensor<1x2x4x64xbf16>, tensor<5x64x512xbf16>, tensor<5x64x64xbf16>, " \
+           "tensor<1x2xi32>, tensor<1x2xi32>) -> (tensor<1x2x4x512xbf16>, tensor<1x2x4xf32>)" in line, line
+
+
+def test_explicit_ffi_without_library_names_build_command(monkeypatch, tmp_path):
+    from helix_jax import _ffi
+    from helix_jax.ops.mla_decode import ffi as ffi_backend
+    monkeypatch.setattr(_ffi, "lib_dirs", lambda: [tmp_path])
+    ok, why = ffi_backend.availability("cpu")
+    assert not ok and "bash ffi/build.sh" in why
+    from helix_jax.ops.mla_decode import api
+    with pytest.raises(ValueError, match="bash ffi/build.sh"):
+        api._resolve("ffi", "cpu")
+
+
+# ---------------------------------------------------------------- GPU (run on the H200 with -m gpu)
+GPU_CASES = [
+    # (B, G, H, P, lengths): lengths per sequence; bounds per token = len - (G-1) + j with some rows cut to 0
+    (1, 1, 128, 64, [65536]),
+    (1, 1, 16, 64, [131072]),
+    (3, 4, 128, 64, [131072, 70, 1]),
+    (8, 8, 16, 16, [1000, 64, 63, 65, 4097, 17, 0, 2222]),
+    (16, 2, 128, 64, [65536] + [100] * 15),
+    (128, 1, 16, 64, list(range(1, 4097, 32))),
+    (128, 4, 128, 64, [257] * 127 + [8192]),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("implementation", ["ffi", "pallas"])
+@pytest.mark.parametrize("B,G,H,P,lens", GPU_CASES)
+def test_gpu_contract(implementation, B, G, H, P, lens, rng):
+    if jax.default_backend() != "gpu":
+        pytest.fail("the gpu-marked tests need a GPU backend")
+    lens = np.asarray(lens)
+    bounds = np.maximum(lens[:, None] - (G - 1) + np.arange(G)[None, :], 0)
+    bounds[:, 0] = np.where(np.arange(B) % 3 == 2, 0, bounds[:, 0])   # zero-bound rows beside live ones
+    bounds = np.minimum(bounds + (np.arange(G)[None, :] % 2), max(lens.max(), 1))  # != implicit bound
+    npp = -(-int(bounds.max()) // P)
+    case = make_case(rng, bounds=bounds, H=H, P=P, npp=max(npp, 1), spare_pages=2)
+    check(case, *run(case, implementation))
