@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["fingerprint", "file_digests", "config_dict", "config_hash"]
+__all__ = ["fingerprint", "fingerprints", "file_digests", "config_dict", "config_hash"]
 
 _M1, _M2 = 0x85EBCA6B, 0xC2B2AE35          # murmur3 fmix32 constants
 _SEED_A, _SEED_B, _ODD = 0x9E3779B9, 0x7F4A7C15, 0x27D4EB2F
@@ -55,17 +55,46 @@ def _np_words(x: np.ndarray) -> np.ndarray:
     return x.view(_UINT[size]).astype(np.uint32)
 
 
-@jax.jit
-def _jax_fingerprint(x):
+def _jax_words(x):
     if x.dtype == jnp.bool_:
-        w = x.astype(jnp.uint32)
-    else:
-        size = x.dtype.itemsize
-        if size == 8:
-            w = jax.lax.bitcast_convert_type(x, jnp.uint32)
-        else:
-            w = jax.lax.bitcast_convert_type(x, _UINT[size]).astype(jnp.uint32)
-    return jnp.stack(_sums(w, jnp))
+        return x.astype(jnp.uint32)
+    size = x.dtype.itemsize
+    if size == 8:
+        return jax.lax.bitcast_convert_type(x, jnp.uint32)
+    if size not in _UINT:
+        raise ValueError(f"fingerprint: unsupported dtype {x.dtype}")
+    return jax.lax.bitcast_convert_type(x, _UINT[size]).astype(jnp.uint32)
+
+
+@jax.jit
+def _jax_fingerprints(xs):
+    return jnp.stack([jnp.stack(_sums(_jax_words(x), jnp)) for x in xs]) if xs else jnp.zeros((0, 2), jnp.uint32)
+
+
+def _hex(a, b) -> str:
+    return f"{int(a):08x}{int(b):08x}"
+
+
+def fingerprints(xs) -> list[str]:
+    """:func:`fingerprint` of many arrays; the jax ones reduced together in one compiled call."""
+    xs = list(xs)
+    out: list[str | None] = [None] * len(xs)
+    dev = [i for i, x in enumerate(xs) if isinstance(x, jax.Array)]
+    for i in dev:
+        if jax.dtypes.issubdtype(xs[i].dtype, jax.dtypes.prng_key):
+            raise ValueError("fingerprint: pass jax.random.key_data(key), not a typed key array")
+    groups: dict = {}   # one compiled call per device set (jit cannot mix meshes)
+    for i in dev:
+        groups.setdefault(frozenset(xs[i].sharding.device_set), []).append(i)
+    for idx in groups.values():
+        sums = np.asarray(_jax_fingerprints([xs[i] for i in idx]))
+        for i, (a, b) in zip(idx, sums):
+            out[i] = _hex(a, b)
+    for i, x in enumerate(xs):
+        if out[i] is None:
+            with np.errstate(over="ignore"):
+                out[i] = _hex(*_sums(_np_words(np.asarray(x)), np))
+    return out
 
 
 def fingerprint(x) -> str:
@@ -74,14 +103,7 @@ def fingerprint(x) -> str:
     jax arrays are reduced on their devices; numpy arrays and scalars on the host; both give the
     same value for the same bits.
     """
-    if isinstance(x, jax.Array):
-        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-            raise ValueError("fingerprint: pass jax.random.key_data(key), not a typed key array")
-        a, b = np.asarray(_jax_fingerprint(x))
-    else:
-        with np.errstate(over="ignore"):
-            a, b = _sums(_np_words(np.asarray(x)), np)
-    return f"{int(a):08x}{int(b):08x}"
+    return fingerprints([x])[0]
 
 
 def file_digests(root: Path) -> dict[str, dict]:

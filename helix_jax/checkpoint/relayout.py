@@ -18,7 +18,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from .. import ledger
 from ..cache import HelixMLACache
 
-__all__ = ["source_rows", "gather_rows", "relayout_cache", "target_layout"]
+__all__ = ["source_rows", "gather_rows", "relayout_cache", "relayout_arrays", "target_layout", "cache_fields"]
 
 
 def source_rows(*, src_tables, src_page_size: int, src_num_pages: int, dst_tables,
@@ -48,7 +48,7 @@ def source_rows(*, src_tables, src_page_size: int, src_num_pages: int, dst_table
     pos = ((j_d * cp_d + r_d) * pd)[..., None] + o                     # [cp_d, 1, npp_d, pd]
     pos = np.broadcast_to(pos, (cp_d, b, npp_d, pd))
     r_s = (pos // ps) % cp_s
-    s = np.asarray(ledger.local_len(pos, r_s, page_size=ps, cp_size=cp_s)).astype(np.int64)
+    s = _np_local_len(pos, r_s, page_size=ps, cp_size=cp_s)
     valid = pos < npp_s * ps * cp_s                                     # beyond source capacity
     j_s = np.where(valid, s // ps, 0)
     bb = np.broadcast_to(np.arange(b)[None, :, None, None], pos.shape)
@@ -61,20 +61,28 @@ def source_rows(*, src_tables, src_page_size: int, src_num_pages: int, dst_table
     return out.reshape(-1).astype(np.int32)
 
 
+def _np_local_len(g, r, *, page_size, cp_size):
+    # §2.2 closed form on the host (the ledger's jnp version would compile for every shape).
+    full, rem = np.divmod(g, page_size * cp_size)
+    return full * page_size + np.clip(rem - r * page_size, 0, page_size)
+
+
 @functools.partial(jax.jit, static_argnames=("page_size", "out_sharding"))
-def _gather(pool, rows, *, page_size, out_sharding):
-    d = pool.shape[-1]
-    flat = pool.reshape(-1, d)
-    got = jnp.take(flat, jnp.maximum(rows, 0), axis=0)
-    got = jnp.where((rows >= 0)[:, None], got, jnp.zeros((), pool.dtype))
-    got = got.reshape(-1, page_size, d)
-    return jax.lax.with_sharding_constraint(got, out_sharding)
+def _gather(pools, rows, *, page_size, out_sharding):
+    out = []
+    for pool in pools:
+        tail = pool.shape[2:]
+        flat = pool.reshape((-1,) + tail)
+        got = jnp.take(flat, jnp.maximum(rows, 0), axis=0)
+        got = jnp.where((rows >= 0).reshape((-1,) + (1,) * len(tail)), got, jnp.zeros((), pool.dtype))
+        out.append(jax.lax.with_sharding_constraint(got.reshape((-1, page_size) + tail), out_sharding))
+    return out
 
 
-def gather_rows(pool, rows, *, page_size: int, sharding):
-    """``pool [M, P_src, D]`` gathered by :func:`source_rows` into ``[M', page_size, D]`` on ``sharding``."""
-    rows = jax.device_put(jnp.asarray(rows, jnp.int32), NamedSharding(sharding.mesh, P()))
-    return _gather(pool, rows, page_size=page_size, out_sharding=sharding)
+def gather_rows(pools, rows, *, page_size: int, sharding):
+    """Pools ``[M, P_src, ...]`` gathered by :func:`source_rows` into ``[M', page_size, ...]`` on ``sharding``."""
+    rows = jax.device_put(np.asarray(rows, np.int32), NamedSharding(sharding.mesh, P()))
+    return _gather(list(pools), rows, page_size=page_size, out_sharding=sharding)
 
 
 def target_layout(batch: int, *, mesh: Mesh, axis_name: str, page_size: int, max_len: int,
@@ -92,24 +100,65 @@ def target_layout(batch: int, *, mesh: Mesh, axis_name: str, page_size: int, max
     return np.ascontiguousarray(tables), num_pages
 
 
-def relayout_arrays(c_latent, k_rope, src_tables, lens, *, src_page_size: int, mesh: Mesh,
-                    axis_name: str, page_size: int, dst_tables, num_pages: int) -> HelixMLACache:
-    """Build a :class:`HelixMLACache` on ``mesh`` from source pools ``[cp_src*N, P_src, D]``."""
-    src_tables = np.asarray(src_tables)
+def cache_fields(cache: HelixMLACache) -> dict:
+    """The array fields of a cache by name (``scales`` flattened to ``scales_0``, ``scales_1``, ...)."""
+    out = {f: getattr(cache, f) for f in ("c_latent", "k_rope", "page_table", "lens")}
+    for i, x in enumerate(getattr(cache, "scales", ())):
+        out[f"scales_{i}"] = x
+    return out
+
+
+def cache_statics(cache: HelixMLACache) -> dict:
+    return {"axis_name": cache.axis_name, "page_size": cache.page_size,
+            "kv_dtype": getattr(cache, "kv_dtype", "bf16")}
+
+
+def _pool_names(fields):
+    return [k for k in fields if k not in ("page_table", "lens")]
+
+
+def _onto(x, mesh: Mesh, axis_name: str):
+    """``x`` on the devices of ``mesh`` (a device-to-device copy when it lives elsewhere)."""
+    if isinstance(x, jax.Array) and x.sharding.device_set == set(mesh.devices.flat):
+        return x
+    spec = P(axis_name) if x.shape[0] % mesh.shape[axis_name] == 0 and mesh.size == mesh.shape[axis_name] else P()
+    return jax.device_put(x, NamedSharding(mesh, spec))
+
+
+def relayout_arrays(fields: dict, *, src_page_size: int, mesh: Mesh, axis_name: str, page_size: int,
+                    dst_tables, num_pages: int, kv_dtype: str = "bf16") -> HelixMLACache:
+    """Build a :class:`HelixMLACache` on ``mesh`` from the array fields of a source cache.
+
+    ``fields``: as :func:`cache_fields` (``page_table``/``lens`` may be host arrays). Pool leaves of
+    rank ``>= 2`` (``[cp_src*N, P_src, ...]``: rows and per-row scale factors) are gathered slot by
+    slot; rank-1 leaves (``[cp_src]`` per-tensor scales, one value on every rank) are re-broadcast.
+    """
+    src_tables = np.asarray(fields["page_table"])
     cp_s = src_tables.shape[0]
-    if c_latent.shape[0] % cp_s:
-        raise ValueError(f"c_latent rows {c_latent.shape[0]} are not a multiple of the source cp {cp_s}")
-    rows = source_rows(src_tables=src_tables, src_page_size=src_page_size,
-                       src_num_pages=c_latent.shape[0] // cp_s, dst_tables=dst_tables,
-                       dst_page_size=page_size, dst_num_pages=num_pages)
+    n_rows = fields["c_latent"].shape[0]
+    if n_rows % cp_s:
+        raise ValueError(f"c_latent rows {n_rows} are not a multiple of the source cp {cp_s}")
+    rows = source_rows(src_tables=src_tables, src_page_size=src_page_size, src_num_pages=n_rows // cp_s,
+                       dst_tables=dst_tables, dst_page_size=page_size, dst_num_pages=num_pages)
     shard = NamedSharding(mesh, P(axis_name))
-    lat = gather_rows(c_latent, rows, page_size=page_size, sharding=shard)
-    rope = gather_rows(k_rope, rows, page_size=page_size, sharding=shard)
+    cp_d = int(mesh.shape[axis_name])
+    names = _pool_names(fields)
+    row_names = [k for k in names if fields[k].ndim >= 2]
+    srcs = [_onto(fields[k], mesh, axis_name) for k in row_names]
+    out = dict(zip(row_names, gather_rows(srcs, rows, page_size=page_size, sharding=shard)))
+    for name in names:
+        if name not in out:   # per-tensor scalar, one value per rank: re-broadcast to the new cp
+            out[name] = jax.device_put(np.broadcast_to(np.asarray(fields[name])[:1], (cp_d,)), shard)
+    extra = {}
+    scales = tuple(out[k] for k in sorted((k for k in out if k.startswith("scales_")),
+                                          key=lambda k: int(k.split("_")[1])))
+    if scales or kv_dtype != "bf16":
+        extra = {"kv_dtype": kv_dtype, "scales": scales}
     return HelixMLACache(
-        c_latent=lat, k_rope=rope,
+        c_latent=out["c_latent"], k_rope=out["k_rope"],
         page_table=jax.device_put(jnp.asarray(np.asarray(dst_tables, np.int32)), shard),
-        lens=jax.device_put(jnp.asarray(lens, jnp.int32), NamedSharding(mesh, P())),
-        mesh=mesh, axis_name=axis_name, page_size=page_size)
+        lens=jax.device_put(jnp.asarray(fields["lens"], jnp.int32), NamedSharding(mesh, P())),
+        mesh=mesh, axis_name=axis_name, page_size=page_size, **extra)
 
 
 def relayout_cache(cache: HelixMLACache, *, mesh: Mesh, page_size: int | None = None,
@@ -128,9 +177,9 @@ def relayout_cache(cache: HelixMLACache, *, mesh: Mesh, page_size: int | None = 
     _check_max_len(max_len, np.asarray(cache.lens))
     tables, num_pages = target_layout(cache.batch, mesh=mesh, axis_name=axis_name, page_size=page_size,
                                       max_len=max_len, num_pages=num_pages)
-    return relayout_arrays(cache.c_latent, cache.k_rope, np.asarray(cache.page_table), cache.lens,
-                           src_page_size=cache.page_size, mesh=mesh, axis_name=axis_name,
-                           page_size=page_size, dst_tables=tables, num_pages=num_pages)
+    return relayout_arrays(cache_fields(cache), src_page_size=cache.page_size, mesh=mesh,
+                           axis_name=axis_name, page_size=page_size, dst_tables=tables,
+                           num_pages=num_pages, kv_dtype=cache_statics(cache)["kv_dtype"])
 
 
 def _check_max_len(max_len, lens):

@@ -1,0 +1,12 @@
+"""Orbax checkpoints of Helix caches, parameters and decoding state, with elastic CP re-layout.
+
+``save(dir, cache=..., params=..., state=..., model_config=...)`` writes sharded arrays shard by
+shard plus a JSON manifest; ``restore(dir, mesh=..., page_size=...)`` verifies everything, then
+re-lays the KV pages by the ledger onto any cp / page size. See ``docs/architecture.md``.
+"""
+from .integrity import config_hash, fingerprint
+from .io import FORMAT, FORMAT_VERSION, CheckpointError, Restored, read_manifest, restore, save
+from .relayout import relayout_cache
+
+__all__ = ["save", "restore", "read_manifest", "relayout_cache", "CheckpointError", "Restored",
+           "fingerprint", "config_hash", "FORMAT", "FORMAT_VERSION"]
