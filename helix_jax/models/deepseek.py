@@ -20,7 +20,7 @@ from flax import nnx
 from .config import MLAModelConfig
 
 __all__ = ["RMSNorm", "MLAAttention", "MLP", "DecoderLayer", "MLADecoder", "apply_rope",
-           "derive_drafter"]
+           "derive_drafter", "init_model"]
 
 _HI = jax.lax.Precision.HIGHEST  # exact f32 on every platform: greedy equality must not hinge on TF32
 
@@ -192,10 +192,19 @@ def derive_drafter(target: MLADecoder, *, num_layers: int = 1) -> MLADecoder:
     cfg = target.cfg
     if isinstance(num_layers, bool) or not isinstance(num_layers, int) or not 1 <= num_layers <= cfg.num_layers:
         raise ValueError(f"num_layers must be an int in [1, target num_layers={cfg.num_layers}], got {num_layers!r}")
-    drafter = MLADecoder(cfg.replace(num_layers=num_layers), rngs=nnx.Rngs(0))
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: MLADecoder(cfg.replace(num_layers=num_layers),
+                                                                   rngs=nnx.Rngs(0))))
     src = nnx.to_pure_dict(nnx.state(target))
     src["layers"] = {k: v for k, v in src["layers"].items() if int(k) < num_layers}
-    state = nnx.state(drafter)
     nnx.replace_by_pure_dict(state, src)
-    nnx.update(drafter, state)
-    return drafter
+    return nnx.merge(graphdef, state)
+
+
+def init_model(cfg: MLAModelConfig, *, seed: int = 0) -> MLADecoder:
+    """A fixed-seed :class:`MLADecoder`, initialised in one compiled call (eager init of every
+    parameter dispatches many small ops, which is slow on a busy CPU)."""
+    if not isinstance(cfg, MLAModelConfig):
+        raise ValueError(f"cfg must be an MLAModelConfig, got {type(cfg).__name__}")
+    graphdef = nnx.split(nnx.eval_shape(lambda: MLADecoder(cfg, rngs=nnx.Rngs(seed))))[0]
+    state = jax.jit(lambda: nnx.state(MLADecoder(cfg, rngs=nnx.Rngs(seed))))()
+    return nnx.merge(graphdef, state)
