@@ -1,0 +1,222 @@
+"""Calibration against our own H200 benchmarks (``benchmarks/results/``).
+
+* ``mla_decode_<date>.json`` ``{"device", "date", "ceilings": {"copy_tb_per_s", "matmul_tflop_per_s"},
+  "records": [{"backend", "kv_dtype", "B", "L", "G", "H", "page_size", "ms", ...}]}``: measured ceilings
+  replace the profile's; the achieved attention efficiency is fitted per regime (memory- or compute-bound),
+  from the fastest backend of every shape.
+* ``exchange_<date>.json`` ``{"device", "date", "records": [{"cp", "T", "H", "L", "exchange_ms", "step_ms",
+  "exchange_share", "a2a_gb_per_s"}]}``: the all-to-all latency and link efficiency are fitted from
+  ``exchange_ms``; ``step_ms`` is what :func:`compare_step_measurements` predicts and checks (target 25 %).
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+from .hardware import DEFAULT_RESULTS_DIR, HardwareProfile, load_profile
+from .latency import KV_BYTES, a2a_term, combine_term, exchange_bytes, kv_bytes_per_value, mla_decode_term
+
+__all__ = ["latest_result", "read_result", "fit_attention_efficiency", "fit_exchange", "apply_measurements",
+           "predict_helix_step", "compare_step_measurements", "calibration_report", "TARGET_REL_ERR"]
+
+TARGET_REL_ERR = 0.25
+_MLA_KEYS = ("backend", "kv_dtype", "B", "L", "G", "H", "ms")
+_EX_KEYS = ("cp", "T", "H", "L", "exchange_ms", "step_ms")
+
+
+def _usable(v) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v) and v > 0
+
+
+def latest_result(results_dir, prefix: str) -> Path | None:
+    """Newest ``<prefix>_<date>.json`` in ``results_dir`` (ISO dates sort by name), or None."""
+    d = Path(results_dir)
+    files = sorted(d.glob(f"{prefix}_*.json")) if d.is_dir() else []
+    return files[-1] if files else None
+
+
+def read_result(path, *, record_keys) -> dict:
+    """Load a results JSON and check every record has ``record_keys`` (clear ValueError otherwise)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path.name} is not valid JSON: {e}") from None
+    recs = data.get("records") if isinstance(data, dict) else None
+    if not isinstance(recs, list) or not recs:
+        raise ValueError(f"{path.name} must be an object with a non-empty 'records' list")
+    for i, r in enumerate(recs):
+        missing = [k for k in record_keys if k not in r]
+        if missing:
+            raise ValueError(f"{path.name}: record {i} is missing {missing}")
+        if not r["ms" if "ms" in record_keys else "step_ms"] > 0:
+            raise ValueError(f"{path.name}: record {i} has a non-positive time")
+    return data
+
+
+def _roof_parts(profile: HardwareProfile, r: dict) -> tuple:
+    """Ideal (efficiency 1, no launch cost) memory and math seconds of one mla_decode record."""
+    t = mla_decode_term(profile, batch=int(r["B"]), group=int(r["G"]), heads=int(r["H"]), tokens_per_rank=float(r["L"]),
+                        kv_format=r["kv_dtype"])
+    t_mem = t.bytes / profile.hbm_bytes_per_s
+    t_math = t.flops / profile.matmul_flops_per_s(profile.attention_math.get(r["kv_dtype"], "bf16"))
+    return t_mem, t_math
+
+
+def fit_attention_efficiency(profile: HardwareProfile, records) -> dict:
+    """Median achieved fraction of the roofline, separately for memory- and compute-bound shapes.
+
+    Only the fastest backend of each shape counts (the planner assumes the best kernel we have).
+    A regime without samples keeps the profile's value. Returns ``{"attn_memory", "attn_compute",
+    "samples": {...}, "backends": {...}}``.
+    """
+    best = {}
+    for r in records:
+        if r["kv_dtype"] not in KV_BYTES:
+            continue
+        key = (r["kv_dtype"], r["B"], r["L"], r["G"], r["H"], r.get("page_size"))
+        if key not in best or r["ms"] < best[key]["ms"]:
+            best[key] = r
+    frac = {"attn_memory": [], "attn_compute": []}
+    backends = {}
+    for r in best.values():
+        t_mem, t_math = _roof_parts(profile, r)
+        regime = "attn_memory" if t_mem >= t_math else "attn_compute"
+        frac[regime].append(min(1.0, max(t_mem, t_math) / (r["ms"] * 1e-3)))
+        backends[r["backend"]] = backends.get(r["backend"], 0) + 1
+    out = {k: (statistics.median(v) if v else profile.eff(k)) for k, v in frac.items()}
+    out["samples"] = {k: len(v) for k, v in frac.items()}
+    out["backends"] = backends
+    return out
+
+
+def fit_exchange(profile: HardwareProfile, records) -> dict | None:
+    """Least-squares ``exchange_ms - combine = latency + bytes / bw`` over the cp > 1 records.
+
+    Returns ``{"a2a_latency_us", "link_gb_per_s", "link"}`` (link = efficiency against
+    ``link_gb_per_s``) or None without cp > 1 records.
+    """
+    pts = []
+    for r in records:
+        cp, T, H = int(r["cp"]), int(r["T"]), int(r["H"])
+        if cp < 2:
+            continue
+        comb = combine_term(profile, tokens=T, heads_tp=H, cp=cp).seconds
+        pts.append((exchange_bytes(tokens=T, heads_tp=H, cp=cp), max(0.0, r["exchange_ms"] * 1e-3 - comb), r))
+    if not pts:
+        return None
+    xs = [p[0] for p in pts]
+    ys = [p[1] for p in pts]
+    if len(set(xs)) >= 2:
+        mx, my = statistics.fmean(xs), statistics.fmean(ys)
+        sxx = sum((x - mx) ** 2 for x in xs)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+        lat = my - slope * mx
+    else:
+        slope, lat = 0.0, 0.0
+    if slope <= 0 or lat < 0:
+        # Noise or one size only: take the measured bandwidth and put the rest into the latency.
+        bws = [p[2]["a2a_gb_per_s"] * 1e9 for p in pts if p[2].get("a2a_gb_per_s")]
+        bw = statistics.median(bws) if bws else profile.link_bytes_per_s * profile.eff("link")
+        slope = 1.0 / bw
+        lat = max(0.0, statistics.median(y - x * slope for x, y in zip(xs, ys)))
+    bw = 1.0 / slope
+    link = max(profile.link_bytes_per_s, bw)
+    return {"a2a_latency_us": lat * 1e6, "link_gb_per_s": link / 1e9, "link": bw / link}
+
+
+def apply_measurements(profile: HardwareProfile, results_dir=DEFAULT_RESULTS_DIR) -> HardwareProfile:
+    """The profile with ceilings and efficiencies from the newest results files (unchanged if none)."""
+    prov = list(profile.provenance)
+    mla = latest_result(results_dir, "mla_decode")
+    if mla is not None:
+        data = read_result(mla, record_keys=_MLA_KEYS)
+        ceil = data.get("ceilings") or {}
+        upd = {}
+        if _usable(ceil.get("copy_tb_per_s")):  # a run with --no-ceilings writes NaN: keep ours then
+            upd["hbm_tb_per_s"] = float(ceil["copy_tb_per_s"])
+        if _usable(ceil.get("matmul_tflop_per_s")):
+            upd["matmul_tflop_per_s"] = {**profile.matmul_tflop_per_s, "bf16": float(ceil["matmul_tflop_per_s"])}
+        profile = replace(profile, **upd).validate()
+        fit = fit_attention_efficiency(profile, data["records"])
+        profile = profile.with_efficiency(attn_memory=fit["attn_memory"], attn_compute=fit["attn_compute"])
+        prov.append(f"{mla.name}: ceilings + attention efficiency (memory {fit['attn_memory']:.3f} from "
+                    f"{fit['samples']['attn_memory']} shapes, compute {fit['attn_compute']:.3f} from "
+                    f"{fit['samples']['attn_compute']} shapes)")
+    ex = latest_result(results_dir, "exchange")
+    if ex is not None:
+        fit = fit_exchange(profile, read_result(ex, record_keys=_EX_KEYS)["records"])
+        if fit is not None:
+            profile = replace(profile, a2a_latency_us=fit["a2a_latency_us"], link_gb_per_s=fit["link_gb_per_s"])
+            profile = profile.with_efficiency(link=fit["link"])
+            prov.append(f"{ex.name}: all-to-all latency {fit['a2a_latency_us']:.1f} us, "
+                        f"{fit['link'] * fit['link_gb_per_s']:.0f} GB/s achieved")
+    return replace(profile, provenance=tuple(prov)).validate()
+
+
+def predict_helix_step(profile: HardwareProfile, *, cp: int, T: int, H: int, L: int, B: int | None = None,
+                       G: int | None = None, kv_format: str = "bf16") -> dict:
+    """One Helix attention step of ``helix_mla_attention`` on one rank (seconds per part and total).
+
+    ``T = B * G`` query tokens, ``H`` heads (all on this rank: tpa = 1), ``L`` global cached tokens per
+    sequence, ``L / cp`` on this rank. Parts: KV append, bounded decode, all-to-all, LSE combine (no HOP-B:
+    our step does not overlap). Without ``B``/``G`` the step is read as single-token decode (G = 1, B = T).
+    """
+    G = 1 if G is None else int(G)
+    B = T // G if B is None else int(B)
+    if B * G != T:
+        raise ValueError(f"T must equal B * G, got T={T}, B={B}, G={G}")
+    for k, v in (("cp", cp), ("T", T), ("H", H), ("L", L)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{k} must be a positive int, got {v!r}")
+    if H % cp:
+        raise ValueError(f"H={H} must be divisible by cp={cp} (heads are split over the all-to-all)")
+    fixed = profile.kernel_launch_us * 1e-6
+    append_bytes = 2.0 * T * 576 * kv_bytes_per_value(kv_format)
+    parts = {
+        "kv_append": fixed + append_bytes / (profile.hbm_bytes_per_s * profile.eff("elementwise")),
+        "mla_decode": mla_decode_term(profile, batch=B, group=G, heads=H, tokens_per_rank=L / cp,
+                                      kv_format=kv_format).seconds,
+        "helix_a2a": a2a_term(profile, exchange_bytes(tokens=T, heads_tp=H, cp=cp)).seconds,
+        "helix_combine": combine_term(profile, tokens=T, heads_tp=H, cp=cp).seconds,
+    }
+    parts["step"] = sum(parts.values())
+    parts["exchange"] = parts["helix_a2a"] + parts["helix_combine"]
+    return parts
+
+
+def compare_step_measurements(profile: HardwareProfile, records, *, target: float = TARGET_REL_ERR) -> dict:
+    """Predicted vs measured ``step_ms`` for every exchange record; relative error = pred / meas - 1."""
+    rows = []
+    for r in records:
+        pred = predict_helix_step(profile, cp=int(r["cp"]), T=int(r["T"]), H=int(r["H"]), L=int(r["L"]),
+                                  B=r.get("B"), G=r.get("G"), kv_format=r.get("kv_dtype", "bf16"))
+        meas = float(r["step_ms"])
+        rows.append({"cp": int(r["cp"]), "T": int(r["T"]), "H": int(r["H"]), "L": int(r["L"]),
+                     "measured_ms": meas, "predicted_ms": 1e3 * pred["step"],
+                     "predicted_exchange_ms": 1e3 * pred["exchange"], "measured_exchange_ms": r.get("exchange_ms"),
+                     "rel_err": 1e3 * pred["step"] / meas - 1.0})
+    errs = [abs(x["rel_err"]) for x in rows]
+    return {"rows": rows, "max_abs_rel_err": max(errs), "median_abs_rel_err": statistics.median(errs),
+            "within_target": all(e <= target for e in errs), "target": target,
+            "assumed_group": "records without B/G are read as G = 1, B = T"}
+
+
+def calibration_report(results_dir=DEFAULT_RESULTS_DIR, *, profile="h200") -> dict:
+    """Everything the CLI's ``--calibrate`` prints: the profile used and the step comparison (if measured)."""
+    prof = load_profile(profile, results_dir=results_dir)
+    ex = latest_result(results_dir, "exchange") if results_dir is not None else None
+    out = {"profile": prof.name, "provenance": list(prof.provenance),
+           "efficiency": dict(prof.efficiency), "hbm_tb_per_s": prof.hbm_tb_per_s,
+           "matmul_tflop_per_s": dict(prof.matmul_tflop_per_s), "a2a_latency_us": prof.a2a_latency_us}
+    if ex is None:
+        out["comparison"] = None
+        out["status"] = f"no exchange_*.json in {results_dir}: nothing measured to compare with yet"
+        return out
+    out["comparison"] = compare_step_measurements(prof, read_result(ex, record_keys=_EX_KEYS)["records"])
+    out["comparison"]["file"] = ex.name
+    out["status"] = "within target" if out["comparison"]["within_target"] else "outside target"
+    return out
