@@ -402,17 +402,30 @@ def test_batcher_rejects_bad_use():
     assert b.commit({1: 4}) == (1,) and b.done                               # 8 >= 4 + 4: finished
 
 
-def test_write_prompt_places_positions_by_ledger(rng):
+@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8_e4m3"])
+def test_write_prompt_places_positions_by_ledger(rng, kv_dtype):
+    from helix_jax import quant
+
     pool = hm.HelixPagePool(num_pages=6, page_size=2, cp_size=4, seed=5)
     mesh = hj.make_cp_mesh(4)
-    cache = hm.make_cache(pool, batch=2, mesh=mesh, max_len=24, dtype=jnp.float32, fill=np.nan)
+    cache = hm.make_cache(pool, batch=2, mesh=mesh, max_len=24, dtype=jnp.float32, kv_dtype=kv_dtype,
+                          fill=np.nan if kv_dtype == "bf16" else None)
+    assert cache.num_pages == 6 and cache.pages_per_seq == 3 and cache.kv_dtype == kv_dtype
     pool.allocate("z", 19)
     kv = rng.standard_normal((19, 576)).astype(np.float32)
     cache = hm.write_prompt(cache, pool, "z", kv[:, :512], kv[:, 512:])
     cache = hm.refresh_cache(cache, pool, [None, "z"], [0, 19])
     lat, rope = cache.to_global(19)                                           # the cache's own inverse
-    np.testing.assert_array_equal(lat[1], kv[:, :512])
-    np.testing.assert_array_equal(rope[1], kv[:, 512:])
+    if kv_dtype == "bf16":
+        want = kv
+        rows, offs = hm.prompt_rows(pool, "z", 19)                            # host-side placement
+        np.testing.assert_array_equal(np.asarray(cache.c_latent)[rows, offs], kv[:, :512])
+        assert np.isnan(np.asarray(cache.c_latent)[pool.null_page]).all()     # nothing else written
+    else:
+        sc = cache.scales[0][:1]
+        want = np.asarray(quant.dequantize_fp8(quant.quantize_fp8(jnp.asarray(kv), sc), sc, jnp.float32))
+    np.testing.assert_array_equal(lat[1], want[:, :512])
+    np.testing.assert_array_equal(rope[1], want[:, 512:])
     with pytest.raises(ValueError, match="grow it first"):
         hm.write_prompt(cache, pool, "z", np.zeros((25, 512), np.float32), np.zeros((25, 64), np.float32))
 

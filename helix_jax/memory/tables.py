@@ -15,7 +15,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from .. import ledger
-from ..cache import LATENT_DIM, ROPE_DIM, HelixMLACache
+from ..cache import LATENT_DIM, ROPE_DIM, HelixMLACache, append_kv
 from .pool import HelixPagePool
 from .quota import check_int
 
@@ -41,11 +41,15 @@ def device_page_table(pool: HelixPagePool, slots: Sequence[Hashable | None], *, 
 
 
 def make_cache(pool: HelixPagePool, *, batch: int, mesh: Mesh, max_len: int, dtype=jnp.bfloat16,
-               axis_name: str = "cp", fill: float = 0.0) -> HelixMLACache:
+               axis_name: str = "cp", kv_dtype: str = "bf16", kv_scale=None,
+               fill: float | None = None) -> HelixMLACache:
     """An empty :class:`HelixMLACache` whose rank pools are ``pool``'s pages (all rows empty).
 
     ``max_len``: global tokens a batch row can hold; sets ``pages_per_seq = ceil(max_len/(P*C))``.
-    ``fill``: initial value of every pool entry (tests poison with NaN).
+    The pools hold ``pool.num_pages`` pages per rank, which may be far fewer than
+    ``batch * pages_per_seq`` (that is what paging buys). ``kv_dtype``/``kv_scale``: KV format as in
+    :meth:`HelixMLACache.empty`. ``fill``: initial value of every entry (bf16 format only; tests
+    poison with NaN).
     """
     _check_pool_mesh(pool, mesh, axis_name)
     batch = check_int("batch", batch)
@@ -54,14 +58,20 @@ def make_cache(pool: HelixPagePool, *, batch: int, mesh: Mesh, max_len: int, dty
     if npp > pool.usable_pages:
         raise ValueError(f"max_len={max_len} needs {npp} pages per rank per row but the pool has "
                          f"only {pool.usable_pages} usable pages")
-    shard = NamedSharding(mesh, P(axis_name))
-    rows = pool.cp_size * pool.num_pages
-    lat = jax.device_put(jnp.full((rows, pool.page_size, LATENT_DIM), fill, dtype), shard)
-    rope = jax.device_put(jnp.full((rows, pool.page_size, ROPE_DIM), fill, dtype), shard)
+    # A one-row, one-page cache gives pools of the right size and format; the tables are ours.
+    base = HelixMLACache.empty(1, mesh=mesh, page_size=pool.page_size, max_len=1, dtype=dtype,
+                               axis_name=axis_name, num_pages=pool.num_pages, kv_dtype=kv_dtype,
+                               kv_scale=kv_scale)
+    kw = {}
+    if fill is not None:
+        if kv_dtype != "bf16":
+            raise ValueError(f"fill applies only to kv_dtype='bf16', got {kv_dtype!r}")
+        shard = NamedSharding(mesh, P(axis_name))
+        kw["c_latent"] = jax.device_put(jnp.full(base.c_latent.shape, fill, base.c_latent.dtype), shard)
+        kw["k_rope"] = jax.device_put(jnp.full(base.k_rope.shape, fill, base.k_rope.dtype), shard)
     table = device_page_table(pool, [None] * batch, mesh=mesh, pages_per_seq=npp, axis_name=axis_name)
     lens = jax.device_put(jnp.zeros((batch,), jnp.int32), NamedSharding(mesh, P()))
-    return HelixMLACache(c_latent=lat, k_rope=rope, page_table=table, lens=lens, mesh=mesh,
-                         axis_name=axis_name, page_size=pool.page_size)
+    return base.replace(page_table=table, lens=lens, **kw)
 
 
 def refresh_cache(cache: HelixMLACache, pool: HelixPagePool, slots: Sequence[Hashable | None],
@@ -107,40 +117,53 @@ def prompt_rows(pool: HelixPagePool, req_id: Hashable, length: int) -> tuple[np.
     return (r * pool.num_pages + page).astype(np.int32), (slot % pool.page_size).astype(np.int32)
 
 
-@functools.partial(jax.jit, donate_argnums=(0, 1))
-def _scatter(c_lat, k_rope, rows, offs, c_new, k_new):
-    c_lat = c_lat.at[rows, offs].set(c_new.astype(c_lat.dtype), mode="drop")
-    k_rope = k_rope.at[rows, offs].set(k_new.astype(k_rope.dtype), mode="drop")
-    return c_lat, k_rope
+@functools.partial(jax.jit, static_argnames=("mesh", "axis_name", "page_size"))
+def _write(pages, table, c_new, k_new, length, *, mesh, axis_name, page_size):
+    cp = int(mesh.shape[axis_name])
+    a = axis_name
+
+    def body(pages, table, c_new, k_new, length):
+        rank = jax.lax.axis_index(a)
+        pos = jnp.arange(c_new.shape[0], dtype=jnp.int32)
+        slots = ledger.local_slots(pos, rank, page_size=page_size, cp_size=cp)
+        slots = jnp.where(pos < length, slots, -1)                    # bucket padding: skipped
+        return append_kv(pages, table[0], slots[None], c_new[None], k_new[None])
+
+    spec = jax.tree_util.tree_map(lambda _: P(a), pages)
+    return jax.shard_map(body, mesh=mesh, in_specs=(spec, P(a), P(), P(), P()), out_specs=spec,
+                         check_vma=False)(pages, table, c_new, k_new, length)
 
 
 def write_prompt(cache: HelixMLACache, pool: HelixPagePool, req_id: Hashable, c_latent, k_rope,
                  *, bucket: int | None = None) -> HelixMLACache:
-    """Prefill hand-off for one admitted request: scatter its prompt KV into its pool pages.
+    """Prefill hand-off for one admitted request: write its prompt KV into its pool pages.
 
     Args:
       c_latent: ``[L, 512]``, k_rope: ``[L, 64]`` (RoPE'd at global positions ``0..L-1``).
       bucket: pad ``L`` up to a multiple of this (default ``P*C``) so few shapes get compiled;
-        padding rows are dropped.
-    Positions follow the ledger round-robin; the request must already hold ``>= L`` tokens.
-    Works for any layer's cache (call once per layer with that layer's KV).
+        padding rows are skipped.
+    Each rank writes the positions it owns at their local slots with the cache's own
+    :func:`helix_jax.cache.append_kv` (so every KV format is quantized the same way as in decode).
+    The request must already hold ``>= L`` tokens. Call once per layer with that layer's cache/KV.
     """
+    if not isinstance(cache, HelixMLACache):
+        raise ValueError(f"cache must be a HelixMLACache, got {type(cache).__name__}")
     c_latent, k_rope = jnp.asarray(c_latent), jnp.asarray(k_rope)
     if c_latent.ndim != 2 or c_latent.shape[1] != LATENT_DIM:
         raise ValueError(f"c_latent must have shape [L, {LATENT_DIM}], got {c_latent.shape}")
     length = c_latent.shape[0]
     if k_rope.shape != (length, ROPE_DIM):
         raise ValueError(f"k_rope must have shape [L, {ROPE_DIM}] = {(length, ROPE_DIM)}, got {k_rope.shape}")
-    if pool.num_pages != cache.num_pages or pool.page_size != cache.page_size:
-        raise ValueError("pool does not match the cache (num_pages / page_size)")
-    rows, offs = prompt_rows(pool, req_id, length)
+    if (pool.num_pages, pool.page_size, pool.cp_size) != (cache.num_pages, cache.page_size, cache.cp_size):
+        raise ValueError("pool does not match the cache (num_pages / page_size / cp)")
+    if length > pool.capacity_of(req_id):
+        raise ValueError(f"length={length} exceeds request {req_id!r}'s {pool.capacity_of(req_id)} "
+                         "allocated global tokens; grow it first")
     bucket = pool.superblock_tokens if bucket is None else check_int("bucket", bucket)
-    padded = -(-max(length, 1) // bucket) * bucket
-    pad = padded - length
-    drop_row = cache.c_latent.shape[0]                                # out of range -> dropped
-    rows = np.concatenate([rows, np.full(pad, drop_row, np.int32)])
-    offs = np.concatenate([offs, np.zeros(pad, np.int32)])
-    c_new = jnp.pad(c_latent, ((0, pad), (0, 0)))
-    k_new = jnp.pad(k_rope, ((0, pad), (0, 0)))
-    c_lat, k_r = _scatter(cache.c_latent, cache.k_rope, jnp.asarray(rows), jnp.asarray(offs), c_new, k_new)
-    return cache.replace(c_latent=c_lat, k_rope=k_r)
+    pad = -(-max(length, 1) // bucket) * bucket - length
+    table = pool.pages(req_id)[:, None, :]                            # [cp, 1, n]
+    table = jax.device_put(table, NamedSharding(cache.mesh, P(cache.axis_name)))
+    pages = _write(cache.pages, table, jnp.pad(c_latent, ((0, pad), (0, 0))),
+                   jnp.pad(k_rope, ((0, pad), (0, 0))), jnp.int32(length), mesh=cache.mesh,
+                   axis_name=cache.axis_name, page_size=cache.page_size)
+    return cache.with_pages(pages)
