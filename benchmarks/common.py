@@ -1,0 +1,139 @@
+"""Shared benchmark helpers: ceilings (copy bandwidth, bf16 matmul), device line, timing, writers.
+
+Timing on GPU uses ``jax.experimental.mosaic.gpu.profiler.measure`` (CUPTI kernel time, all kernels of
+one call summed); on CPU it falls back to wall clock around ``block_until_ready``.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import pathlib
+import platform
+import statistics
+import subprocess
+import time
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["device_line", "today", "time_ms", "copy_tb_per_s", "matmul_tflop_per_s", "ceilings",
+           "write_results", "markdown_table"]
+
+
+def device_line() -> str:
+    """One line naming the accelerator (or the CPU) and the software stack."""
+    d = jax.devices()[0]
+    name = getattr(d, "device_kind", d.platform)
+    if d.platform == "gpu":
+        try:
+            smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
+            name = f"{smi}"
+        except Exception:  # noqa: BLE001 - nvidia-smi is optional
+            pass
+    else:
+        name = f"{platform.processor() or platform.machine()} CPU"
+    return f"{name}; jax {jax.__version__}; {len(jax.devices())} {d.platform} device(s)"
+
+
+def today() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
+
+
+def time_ms(f, *args, iterations: int = 20) -> float:
+    """Median per-call time of ``f(*args)`` in ms (``f`` should be jitted and already compiled)."""
+    if jax.default_backend() == "gpu":
+        from jax.experimental.mosaic.gpu import profiler
+        _, times = profiler.measure(f, iterations=iterations)(*args)
+        times = times if isinstance(times, list) else [times]
+        return float(statistics.median(times))
+    jax.block_until_ready(f(*args))
+    ts = []
+    for _ in range(max(3, iterations // 4)):
+        t0 = time.perf_counter()
+        jax.block_until_ready(f(*args))
+        ts.append((time.perf_counter() - t0) * 1e3)
+    return float(statistics.median(ts))
+
+
+def copy_tb_per_s(nbytes: int = 2 << 30) -> float:
+    """Device-to-device copy bandwidth in TB/s counting bytes read + written (torch on CUDA if present)."""
+    try:
+        import torch
+        if torch.cuda.is_available():
+            a = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device="cuda")
+            b = torch.empty_like(a)
+            for _ in range(3):
+                b.copy_(a)
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            ms = []
+            for _ in range(10):
+                s.record(); b.copy_(a); e.record(); e.synchronize()
+                ms.append(s.elapsed_time(e))
+            del a, b
+            torch.cuda.empty_cache()
+            return 2 * nbytes / (statistics.median(ms) * 1e-3) / 1e12
+    except ImportError:
+        pass
+    n = nbytes // 4
+    x = jax.random.normal(jax.random.key(0), (n,), jnp.float32)
+    f = jax.jit(lambda v: v * 1.0001)
+    ms = time_ms(f, x, iterations=10)
+    return 2 * n * 4 / (ms * 1e-3) / 1e12
+
+
+def matmul_tflop_per_s(n: int = 8192) -> float:
+    """bf16 n^3 matrix product rate in TFLOP/s on random data (torch on CUDA if present, else XLA)."""
+    try:
+        import torch
+        if torch.cuda.is_available():
+            a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+            b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+            for _ in range(3):
+                a @ b
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            ms = []
+            for _ in range(10):
+                s.record(); a @ b; e.record(); e.synchronize()
+                ms.append(s.elapsed_time(e))
+            del a, b
+            torch.cuda.empty_cache()
+            return 2 * n ** 3 / (statistics.median(ms) * 1e-3) / 1e12
+    except ImportError:
+        pass
+    ka, kb = jax.random.split(jax.random.key(1))
+    a = jax.random.normal(ka, (n, n), jnp.bfloat16)
+    b = jax.random.normal(kb, (n, n), jnp.bfloat16)
+    ms = time_ms(jax.jit(lambda x, y: x @ y), a, b, iterations=10)
+    return 2 * n ** 3 / (ms * 1e-3) / 1e12
+
+
+def ceilings(*, small: bool = False) -> dict:
+    """Measured ``{"copy_tb_per_s", "matmul_tflop_per_s"}`` of this device (``small`` for CPU smoke runs)."""
+    if small:
+        return {"copy_tb_per_s": copy_tb_per_s(64 << 20), "matmul_tflop_per_s": matmul_tflop_per_s(512)}
+    return {"copy_tb_per_s": copy_tb_per_s(), "matmul_tflop_per_s": matmul_tflop_per_s()}
+
+
+def markdown_table(records: list[dict], columns: list[str]) -> str:
+    def fmt(v):
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in columns) + " |" for r in records]
+    return "\n".join(lines)
+
+
+def write_results(out_dir, name: str, payload: dict, columns: list[str], notes: list[str] = ()) -> tuple[pathlib.Path, pathlib.Path]:
+    """Write ``<name>_<date>.json`` (payload as is) and a Markdown table of ``payload["records"]`` beside it."""
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"{name}_{payload['date']}"
+    jp, mp = out / f"{stem}.json", out / f"{stem}.md"
+    jp.write_text(json.dumps(payload, indent=1) + "\n")
+    c = payload.get("ceilings", {})
+    head = [f"# {name} ({payload['date']})", "", f"Device: {payload['device']}", "",
+            f"Ceilings: copy {c.get('copy_tb_per_s', 0):.3g} TB/s, bf16 matmul {c.get('matmul_tflop_per_s', 0):.4g} TFLOP/s", ""]
+    body = [markdown_table(payload["records"], columns)]
+    tail = ["", *[f"- {n}" for n in notes]] if notes else []
+    mp.write_text("\n".join(head + body + tail) + "\n")
+    return jp, mp
