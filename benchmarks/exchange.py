@@ -1,0 +1,332 @@
+"""Helix exchange cost per layer against the decode it follows, and the whole Helix step at cp vs cp=1.
+
+For T = B*G query tokens in {1, 8, 64, 512} (G = 4 where B*G allows), H = 128 heads, bf16, each rank
+holding its 1/cp of L = 64K tokens per sequence:
+
+  * exchange = sanitize+pack -> all-to-all -> combine, per variant: ``ffi`` (custom calls), ``packed``
+    (same one-payload layout in jnp), ``unpacked`` (two all-to-alls, split on a non-leading axis);
+    split into its kernels (pack / all-to-all / combine / other);
+  * the all-to-all bandwidth (bytes leaving a rank / all-to-all kernel time) against the link;
+  * the combine kernel's bandwidth against an elementwise copy of the same bytes;
+  * the per-rank bf16 decode of the same step (``ops.mla_decode``, best backend available);
+  * the whole per-rank Helix step (ledger metadata -> decode -> exchange) at cp and at cp=1 on one
+    device holding the whole KV (the append is left out: without donation it would copy the pool).
+
+Times are per-device kernel times from CUPTI (``jax.experimental.mosaic.gpu.profiler.measure``:
+kernel time summed over the devices, divided by the device count; median of ``--reps`` calls) and,
+for context, wall-clock per call. On CPU the script runs a small smoke configuration with wall-clock
+times only. Writes ``<out>/exchange_<date>.{json,md}``.
+
+    NCCL_NVLS_ENABLE=0 python benchmarks/exchange.py [--cp 2] [--tokens 1,8,64,512] [--check]
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("NCCL_NVLS_ENABLE", "0")   # never NVLink multicast on shared hosts
+
+import argparse
+import datetime as dt
+import functools
+import json
+import math
+import pathlib
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from helix_jax import ledger
+from helix_jax.cache import HelixMLACache
+from helix_jax.exchange import exchange_and_combine, exchange_and_combine_unpacked
+from helix_jax.mesh import make_cp_mesh
+from helix_jax.ops import exchange as ex
+from helix_jax.ops.mla_decode import mla_decode
+from helix_jax.ops.mla_decode import api as decode_api
+
+D, DR = 512, 64
+NVLINK_GB_S = 478.0           # 18 NVLinks between the two H200s, each way
+GROUP_FOR_T = {1: (1, 1), 8: (2, 4), 64: (16, 4), 512: (128, 4)}
+
+
+# ------------------------------------------------------------------------------------------ timing
+def _on_gpu():
+    return jax.default_backend() == "gpu"
+
+
+def _classify(name: str) -> str:
+    n = name.lower()
+    if "sanitizepack" in n:
+        return "pack"
+    if "combinekernel" in n:
+        return "combine"
+    if "nccl" in n or "all_to_all" in n or "alltoall" in n:
+        return "a2a"
+    return "other"
+
+
+def kernel_time(f, *args, devices: int, reps: int):
+    """Per-device kernel ms per call (median over reps) and its breakdown by kernel class."""
+    if not _on_gpu():
+        return None, {}
+    from jax.experimental.mosaic.gpu.profiler import measure
+
+    totals, parts = [], []
+    for _ in range(reps):
+        _, ks = measure(f, aggregate=False)(*args)
+        ks = ks or []
+        totals.append(sum(t for _, t in ks) / devices)
+        b = {}
+        for name, t in ks:
+            b[_classify(name)] = b.get(_classify(name), 0.0) + t / devices
+        parts.append(b)
+    i = int(np.argsort(totals)[len(totals) // 2])
+    return statistics.median(totals), parts[i]
+
+
+def wall_time(f, *args, n: int):
+    """Wall-clock ms per call of back-to-back dispatches (includes launch gaps and host work)."""
+    jax.block_until_ready(f(*args))
+    t = time.perf_counter()
+    for _ in range(n):
+        r = f(*args)
+    jax.block_until_ready(r)
+    return (time.perf_counter() - t) / n * 1e3
+
+
+# ------------------------------------------------------------------------------------------ inputs
+def _sharded(mesh, shape, dtype, key, spec):
+    """Random array generated directly in its sharding (no host round trip)."""
+    def gen():
+        x = jax.random.normal(jax.random.key(key), shape, jnp.float32)
+        return x.astype(dtype)
+    return jax.jit(gen, out_shardings=NamedSharding(mesh, spec))()
+
+
+def exchange_fn(mesh, variant):
+    cp = int(mesh.shape["cp"])
+
+    def body(o, l, m):
+        o, l, m = o[0], l[0], m[0]                               # [B, G, H, D], [B, G, H], [B, G]
+        if variant == "unpacked":
+            return exchange_and_combine_unpacked(o, l, m, axis_name="cp", cp_size=cp)
+        impl = "ffi" if variant == "ffi" else "reference"
+        return exchange_and_combine(o, l, m, axis_name="cp", cp_size=cp, implementation=impl)
+
+    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("cp"),) * 3,
+                                 out_specs=(P(None, None, "cp"), P(None, None, "cp")), check_vma=False))
+
+
+def step_fn(mesh, *, page_size, softmax_scale, decode_impl, exchange_impl):
+    """The per-rank Helix step without the append: metadata -> bounded decode -> exchange."""
+    cp = int(mesh.shape["cp"])
+
+    def body(c, k, table, ql, qr, pos):
+        rank = jax.lax.axis_index("cp")
+        meta = ledger.verify_metadata(pos, rank, page_size=page_size, cp_size=cp)
+        o, lse = mla_decode(ql, qr, (c, k), table[0], kv_bounds=meta.kv_bounds, softmax_scale=softmax_scale,
+                            implementation=decode_impl)
+        return exchange_and_combine(o, lse, meta.kv_bounds == 0, axis_name="cp", cp_size=cp,
+                                    implementation=exchange_impl)
+
+    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("cp"), P("cp"), P("cp"), P(), P(), P()),
+                                 out_specs=(P(None, None, "cp"), P(None, None, "cp")), check_vma=False))
+
+
+def step_inputs(mesh, b, g, h, seq_len, page_size, dtype, seed):
+    """Random pools sharded over cp, identity page tables, queries, positions at the end of L."""
+    cp = int(mesh.shape["cp"])
+    npp = ledger.pages_per_rank(seq_len, page_size=page_size, cp_size=cp)
+    n = b * npp
+    c = _sharded(mesh, (cp * n, page_size, D), dtype, seed, P("cp"))
+    k = _sharded(mesh, (cp * n, page_size, DR), dtype, seed + 1, P("cp"))
+    table = jax.device_put(np.broadcast_to(np.arange(n, dtype=np.int32).reshape(b, npp), (cp, b, npp)).copy(),
+                           NamedSharding(mesh, P("cp")))
+    rep = NamedSharding(mesh, P())
+    ql = _sharded(mesh, (b, g, h, D), dtype, seed + 2, P())
+    qr = _sharded(mesh, (b, g, h, DR), dtype, seed + 3, P())
+    pos = jax.device_put(np.broadcast_to(seq_len - g + np.arange(g, dtype=np.int32), (b, g)).copy(), rep)
+    return c, k, table, ql, qr, pos
+
+
+def decode_backend():
+    plat = jax.default_backend()
+    for name in ("ffi", "pallas"):
+        try:
+            if decode_api._resolve(name, plat) == name:
+                return name
+        except ValueError:
+            continue
+    return "reference"
+
+
+# -------------------------------------------------------------------------------------- benchmark
+def bench_exchange(mesh, t_tokens, h, dtype, reps, wall_n, variants):
+    cp = int(mesh.shape["cp"])
+    b, g = GROUP_FOR_T[t_tokens]
+    o = _sharded(mesh, (cp, b, g, h, D), dtype, 11, P("cp"))
+    lse = _sharded(mesh, (cp, b, g, h), jnp.float32, 12, P("cp"))
+    mask = jax.device_put(np.zeros((cp, b, g), bool), NamedSharding(mesh, P("cp")))
+    res = {}
+    for v in variants:
+        f = exchange_fn(mesh, v)
+        ms, parts = kernel_time(f, o, lse, mask, devices=cp, reps=reps)
+        res[v] = {"kernel_ms": ms, "parts_ms": parts, "wall_ms": wall_time(f, o, lse, mask, n=wall_n)}
+    itemsize = jnp.dtype(dtype).itemsize
+    payload = t_tokens * h * (D + 16 // itemsize) * itemsize          # bytes per rank
+    return res, payload
+
+
+def copy_ms(nbytes, reps):
+    """Kernel ms of an elementwise read+write of nbytes/2 (the combine's bytes moved), one device."""
+    x = jnp.zeros((max(nbytes // 8, 1),), jnp.uint32)
+    f = jax.jit(lambda x: x ^ jnp.uint32(1))
+    ms, _ = kernel_time(f, x, devices=1, reps=reps)
+    return ms
+
+
+def correctness_check(cp, h, dtype):
+    """helix_mla_attention ffi at cp vs cp=1 vs float64 dense (bf16, straddling groups)."""
+    import helix_jax as hj
+    from helix_jax.cli.attention_check import dense_reference
+
+    rng = np.random.default_rng(3)
+    b, g, page, max_len = 3, 4, 64, 2048
+    lens = np.array([62, 700, 2040 - g])
+    kv = jnp.asarray(rng.standard_normal((b, max_len, 576)), dtype)
+    q = jnp.asarray(rng.standard_normal((b, g, h, 576)), dtype)
+    pos = lens[:, None] + np.arange(g)
+    new = kv[np.arange(b)[:, None], pos]
+    scale = 1 / np.sqrt(192.0)
+    outs = {}
+    for c in sorted({1, cp}):
+        mesh = make_cp_mesh(c)
+        cache = hj.HelixMLACache.from_global(kv[..., :512], kv[..., 512:], lens, mesh=mesh, page_size=page,
+                                             max_len=max_len)
+        out, _, _ = hj.helix_mla_attention(cache, q[..., :512], q[..., 512:], new[..., :512], new[..., 512:], pos,
+                                           softmax_scale=scale, implementation="ffi")
+        outs[c] = np.asarray(out.astype(jnp.float32), np.float64)
+    ref = dense_reference(np.asarray(q.astype(jnp.float32)), np.asarray(kv.astype(jnp.float32)), pos, scale)
+    rel = {f"cp{c}_vs_f64": float(np.linalg.norm(o - ref) / np.linalg.norm(ref)) for c, o in outs.items()}
+    rel[f"cp{cp}_vs_cp1"] = float(np.linalg.norm(outs[cp] - outs[1]) / np.linalg.norm(outs[1]))
+    rel["finite"] = bool(all(np.isfinite(o).all() for o in outs.values()))
+    return rel
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cp", type=int, default=2)
+    ap.add_argument("--tokens", default=None, help="comma list of T = B*G (default 1,8,64,512; CPU: 1,8)")
+    ap.add_argument("--heads", type=int, default=128)
+    ap.add_argument("--seq-len", type=int, default=None, help="global L per sequence (default 65536; CPU 1024)")
+    ap.add_argument("--page-size", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--wall-n", type=int, default=20)
+    ap.add_argument("--check", action="store_true", help="also check cp vs cp=1 vs float64 (ffi backends)")
+    ap.add_argument("--out", default=str(pathlib.Path(__file__).parent / "results"))
+    a = ap.parse_args(argv)
+    gpu = _on_gpu()
+    tokens = [int(x) for x in (a.tokens or ("1,8,64,512" if gpu else "1,8")).split(",")]
+    seq_len = a.seq_len or (65536 if gpu else 1024)
+    dtype = jnp.bfloat16
+    scale = 1 / math.sqrt(192.0)
+    dec = decode_backend()
+    exch = ex.resolve(None)
+    variants = ("ffi", "packed", "unpacked") if ex.api._backend_module("ffi").availability(jax.default_backend())[0] \
+        else ("packed", "unpacked")
+    devs = jax.devices()
+    print(f"devices: {len(devs)} x {devs[0].device_kind}; decode backend {dec}; exchange backend {exch}", flush=True)
+    mesh_cp, mesh_1 = make_cp_mesh(a.cp), make_cp_mesh(1)
+    ceiling_copy = copy_ms(1 << 30, a.reps) if gpu else None
+    records, extra = [], {}
+    for t in tokens:
+        b, g = GROUP_FOR_T[t]
+        res, payload = bench_exchange(mesh_cp, t, a.heads, dtype, a.reps, a.wall_n, variants)
+        main_v = "ffi" if "ffi" in res else "packed"
+        ex_ms = res[main_v]["kernel_ms"] if gpu else res[main_v]["wall_ms"]
+        parts = res[main_v]["parts_ms"]
+        sent = payload * (a.cp - 1) / a.cp
+        a2a_gbs = sent / (parts["a2a"] * 1e-3) / 1e9 if parts.get("a2a") else None
+        comb_bytes = a.cp * payload + t * a.heads // a.cp * (D * 2 + 4)
+        comb_gbs = comb_bytes / (parts["combine"] * 1e-3) / 1e9 if parts.get("combine") else None
+        same_copy = copy_ms(comb_bytes, a.reps) if gpu else None
+        steps = {}
+        for c, mesh in ((a.cp, mesh_cp), (1, mesh_1)):
+            args = step_inputs(mesh, b, g, a.heads, seq_len, a.page_size, dtype, seed=100 + t)
+            f = step_fn(mesh, page_size=a.page_size, softmax_scale=scale, decode_impl=dec, exchange_impl=exch)
+            k_ms, k_parts = kernel_time(f, *args, devices=c, reps=a.reps)
+            steps[c] = {"kernel_ms": k_ms, "parts_ms": k_parts, "wall_ms": wall_time(f, *args, n=a.wall_n)}
+            del args
+        st = steps[a.cp]["kernel_ms"] if gpu else steps[a.cp]["wall_ms"]
+        st1 = steps[1]["kernel_ms"] if gpu else steps[1]["wall_ms"]
+        ex1 = sum(v for k, v in steps[1]["parts_ms"].items() if k in ("pack", "combine")) if gpu else None
+        records.append({"cp": a.cp, "T": t, "H": a.heads, "L": seq_len, "exchange_ms": ex_ms, "step_ms": st,
+                        "exchange_share": ex_ms / st if st else None, "a2a_gb_per_s": a2a_gbs,
+                        "B": b, "G": g, "exchange_variant": main_v,
+                        "exchange_variants": res, "step_parts_ms": steps[a.cp]["parts_ms"],
+                        "step_wall_ms": steps[a.cp]["wall_ms"], "a2a_link_fraction": (a2a_gbs / NVLINK_GB_S) if a2a_gbs else None,
+                        "payload_bytes_per_rank": payload, "combine_gb_per_s": comb_gbs,
+                        "combine_vs_same_size_copy": (same_copy / parts["combine"]) if same_copy and parts.get("combine") else None,
+                        "combine_vs_copy_ceiling": (comb_gbs / ((1 << 30) / (ceiling_copy * 1e-3) / 1e9)) if comb_gbs and ceiling_copy else None})
+        records.append({"cp": 1, "T": t, "H": a.heads, "L": seq_len, "exchange_ms": ex1, "step_ms": st1,
+                        "exchange_share": (ex1 / st1) if ex1 is not None and st1 else None, "a2a_gb_per_s": None,
+                        "B": b, "G": g, "step_parts_ms": steps[1]["parts_ms"], "step_wall_ms": steps[1]["wall_ms"],
+                        "speedup_cp_vs_1": (st1 / st) if st else None})
+        r = records[-2]
+        print(f"T={t:4d} (B={b}, G={g}) cp={a.cp}: exchange {ex_ms:.4f} ms [{main_v}; "
+              + ", ".join(f"{v} {res[v]['kernel_ms'] if gpu else res[v]['wall_ms']:.4f}" for v in res)
+              + f"]  parts {({k: round(v, 4) for k, v in parts.items()})}  a2a "
+              + (f"{a2a_gbs:.0f} GB/s ({a2a_gbs / NVLINK_GB_S:.0%} of link)" if a2a_gbs else "n/a")
+              + f"  step {st:.3f} ms (share {r['exchange_share']:.1%})  cp=1 step {st1:.3f} ms"
+              + f"  combine {comb_gbs or 0:.0f} GB/s", flush=True)
+    if a.check:
+        extra["check"] = correctness_check(a.cp, a.heads, dtype)
+        print("check:", extra["check"], flush=True)
+    device = f"{len(devs)} x {devs[0].device_kind} ({jax.default_backend()})"
+    date = dt.date.today().isoformat()
+    doc = {"device": device, "date": date, "decode_backend": dec, "exchange_backend": exch,
+           "copy_ceiling_gb_per_s": ((1 << 30) / (ceiling_copy * 1e-3) / 1e9) if ceiling_copy else None,
+           "nvlink_gb_per_s_each_way": NVLINK_GB_S, "timing": "CUPTI kernel ms per device" if gpu else "wall ms",
+           "records": records, **extra}
+    out = pathlib.Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"exchange_{date}.json").write_text(json.dumps(doc, indent=1))
+    (out / f"exchange_{date}.md").write_text(markdown(doc))
+    print(f"wrote {out}/exchange_{date}.json and .md")
+
+
+def _f(x, fmt="{:.4f}"):
+    return "–" if x is None else fmt.format(x)
+
+
+def markdown(doc):
+    lines = [f"# Helix exchange vs step ({doc['device']}, {doc['date']})", "",
+             f"Decode backend `{doc['decode_backend']}`, exchange backend `{doc['exchange_backend']}`; "
+             f"times: {doc['timing']}. Copy ceiling {_f(doc['copy_ceiling_gb_per_s'], '{:.0f}')} GB/s; "
+             f"link {doc['nvlink_gb_per_s_each_way']:.0f} GB/s each way.", "",
+             "| cp | T | B×G | L | exchange ms | step ms | exchange share | a2a GB/s (link %) | combine GB/s | cp=1 / cp step |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in doc["records"]:
+        link = f"{r['a2a_gb_per_s']:.0f} ({r['a2a_link_fraction']:.0%})" if r.get("a2a_gb_per_s") else "–"
+        lines.append(f"| {r['cp']} | {r['T']} | {r['B']}×{r['G']} | {r['L']} | {_f(r['exchange_ms'])} | "
+                     f"{_f(r['step_ms'], '{:.3f}')} | {_f(r['exchange_share'], '{:.1%}')} | {link} | "
+                     f"{_f(r.get('combine_gb_per_s'), '{:.0f}')} | {_f(r.get('speedup_cp_vs_1'), '{:.2f}x')} |")
+    lines += ["", "Exchange variants (kernel ms per device): `ffi` custom calls, `packed` jnp one-payload, "
+              "`unpacked` two all-to-alls on a non-leading axis.", "",
+              "| T | " + " | ".join(v for v in ("ffi", "packed", "unpacked")) + " |", "|---|---|---|---|"]
+    for r in doc["records"]:
+        if "exchange_variants" in r:
+            v = r["exchange_variants"]
+            key = "kernel_ms" if doc["timing"].startswith("CUPTI") else "wall_ms"
+            lines.append(f"| {r['T']} | " + " | ".join(_f(v[k][key]) if k in v else "–"
+                                                       for k in ("ffi", "packed", "unpacked")) + " |")
+    if "check" in doc:
+        lines += ["", f"Correctness (bf16, relative L2): {doc['check']}"]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
