@@ -224,6 +224,21 @@ def test_presets_bytes_per_token():
         hm.get_preset("gpt-2")
 
 
+def test_tiny_presets_match_the_tiny_models():
+    from flax import nnx
+
+    from helix_jax.models import MLADecoder
+    from helix_jax.spec import SpecConfig
+
+    spec = SpecConfig()
+    for name, cfg in (("tiny", spec.target), ("tiny-draft", spec.draft)):
+        pre = hm.get_preset(name)
+        leaves = jax.tree_util.tree_leaves(nnx.state(nnx.eval_shape(lambda: MLADecoder(cfg, rngs=nnx.Rngs(0)))))
+        assert pre.mla_layers == cfg.num_layers
+        assert pre.weight_bytes == sum(x.size * x.dtype.itemsize for x in leaves)
+    assert hm.get_preset("tiny").draft == "tiny-draft"
+
+
 @given(budget=st.integers(0, 10**7), slope=st.integers(1, 600), dslope=st.integers(0, 200),
        ti=st.integers(0, 5000), di=st.integers(0, 500), cp=st.sampled_from([1, 2, 4, 8]),
        p=st.sampled_from([4, 16, 64]), ctx=st.integers(1, 3000), k=st.integers(0, 7))
@@ -428,6 +443,22 @@ def test_write_prompt_places_positions_by_ledger(rng, kv_dtype):
     np.testing.assert_array_equal(rope[1], want[:, 512:])
     with pytest.raises(ValueError, match="grow it first"):
         hm.write_prompt(cache, pool, "z", np.zeros((25, 512), np.float32), np.zeros((25, 64), np.float32))
+
+
+def test_multi_layer_helpers_share_one_table(rng):
+    pool = hm.HelixPagePool(num_pages=5, page_size=2, cp_size=2, seed=7)
+    mesh = hj.make_cp_mesh(2)
+    caches = [hm.make_cache(pool, batch=2, mesh=mesh, max_len=12, dtype=jnp.float32) for _ in range(3)]
+    pool.allocate("a", 9)
+    kvs = [rng.standard_normal((9, 576)).astype(np.float32) for _ in caches]
+    caches = hm.write_prompts(caches, pool, "a", [(kv[:, :512], kv[:, 512:]) for kv in kvs])
+    caches = hm.refresh_caches(caches, pool, ["a", None], [9, 0])
+    for c, kv in zip(caches, kvs):
+        assert c.page_table is caches[0].page_table
+        np.testing.assert_array_equal(np.asarray(c.lens), [9, 0])
+        np.testing.assert_array_equal(c.to_global(9)[0][0], kv[:, :512])
+    with pytest.raises(ValueError, match="one .c_latent, k_rope. pair per cache"):
+        hm.write_prompts(caches, pool, "a", [])
 
 
 # -- CLI -----------------------------------------------------------------------------------------

@@ -16,7 +16,8 @@ from .quota import (global_to_physical_tokens, global_to_superblocks, local_byte
                     usable_physical_tokens)
 from .schedule import ContinuousBatcher, Request, ScheduleReport, StepPlan, schedule_requests, staggered_requests
 from .state import RecurrentSpec, StatePool, effective_tp, state_bytes_per_request, state_shapes
-from .tables import device_page_table, make_cache, prompt_rows, refresh_cache, write_prompt
+from .tables import (device_page_table, make_cache, prompt_rows, refresh_cache, refresh_caches, write_prompt,
+                     write_prompts)
 
 
 def draft_page_pool(*, mapping: Mapping, num_pages: int, page_size: int, seed=None) -> HelixPagePool:
@@ -27,7 +28,8 @@ def draft_page_pool(*, mapping: Mapping, num_pages: int, page_size: int, seed=No
 
 __all__ = [
     "HelixPagePool", "OutOfPagesError", "draft_page_pool",
-    "device_page_table", "make_cache", "refresh_cache", "write_prompt", "prompt_rows",
+    "device_page_table", "make_cache", "refresh_cache", "refresh_caches", "write_prompt", "write_prompts",
+    "prompt_rows",
     "Request", "StepPlan", "ContinuousBatcher", "ScheduleReport", "schedule_requests", "staggered_requests",
     "physical_tokens_from_bytes", "usable_physical_tokens", "physical_to_global_tokens",
     "local_bytes_to_global_tokens", "global_to_superblocks", "global_to_physical_tokens", "pages_from_bytes",

@@ -46,15 +46,16 @@ PRESETS: dict[str, ModelPreset] = {p.name: p for p in (
                                         ssm_dtype="float32"),
                 note="Kimi-Linear-style hybrid (illustrative): 27 layers = 7 MLA + 20 KDA "
                      "(32 heads x 128, conv 4), ~48B params BF16"),
-    ModelPreset(name="tiny", mla_layers=2, weight_bytes=4 * 10**6, kv_dtype="float32",
-                note="a tiny 2-layer MLA test model (float32 KV)"),
+    # helix_jax.models.MLAModelConfig() and the SpecConfig default drafter (tests check they agree)
+    ModelPreset(name="tiny", mla_layers=3, weight_bytes=3_067_520 * 4, kv_dtype="float32", draft="tiny-draft",
+                note="the tiny CPU test model (helix_jax.models defaults): 3 MLA layers, float32"),
     ModelPreset(name="tiny-hybrid", mla_layers=2, weight_bytes=4 * 10**6, kv_dtype="float32",
                 recurrent=RecurrentSpec(num_layers=2, num_heads=8, head_dim=16, n_groups=2,
                                         state_size=16, conv_kernel=4, dtype="float32"),
                 draft="tiny-draft",
                 note="a tiny hybrid test model: 2 MLA + 2 Mamba-style layers"),
-    ModelPreset(name="tiny-draft", mla_layers=1, weight_bytes=10**6, kv_dtype="float32",
-                note="a 1-layer MLA draft for the tiny models"),
+    ModelPreset(name="tiny-draft", mla_layers=2, weight_bytes=2_066_944 * 4, kv_dtype="float32",
+                note="the tiny model's 2-layer drafter (SpecConfig default), float32"),
 )}
 
 

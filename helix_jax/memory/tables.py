@@ -19,7 +19,8 @@ from ..cache import LATENT_DIM, ROPE_DIM, HelixMLACache, append_kv
 from .pool import HelixPagePool
 from .quota import check_int
 
-__all__ = ["device_page_table", "make_cache", "refresh_cache", "write_prompt", "prompt_rows"]
+__all__ = ["device_page_table", "make_cache", "refresh_cache", "refresh_caches", "write_prompt", "write_prompts",
+           "prompt_rows"]
 
 
 def _check_pool_mesh(pool: HelixPagePool, mesh: Mesh, axis_name: str):
@@ -167,3 +168,28 @@ def write_prompt(cache: HelixMLACache, pool: HelixPagePool, req_id: Hashable, c_
                    jnp.pad(k_rope, ((0, pad), (0, 0))), jnp.int32(length), mesh=cache.mesh,
                    axis_name=cache.axis_name, page_size=cache.page_size)
     return cache.with_pages(pages)
+
+
+def refresh_caches(caches: Sequence[HelixMLACache], pool: HelixPagePool, slots: Sequence[Hashable | None],
+                   lens=None) -> tuple:
+    """:func:`refresh_cache` for every layer's cache at once: one page id addresses the same page
+    in every layer's pool, so all layers share one table (built and transferred once)."""
+    caches = tuple(caches)
+    if not caches:
+        raise ValueError("caches must hold at least one HelixMLACache")
+    first = refresh_cache(caches[0], pool, slots, lens)
+    for c in caches[1:]:
+        if (c.mesh, c.axis_name, c.batch, c.pages_per_seq, c.num_pages) != (
+                first.mesh, first.axis_name, first.batch, first.pages_per_seq, first.num_pages):
+            raise ValueError("caches: every layer's cache must share mesh, batch, pages_per_seq and num_pages")
+    return (first,) + tuple(c.replace(page_table=first.page_table, lens=first.lens) for c in caches[1:])
+
+
+def write_prompts(caches: Sequence[HelixMLACache], pool: HelixPagePool, req_id: Hashable, layer_kvs) -> tuple:
+    """:func:`write_prompt` per layer: ``layer_kvs[i] = (c_latent [L, 512], k_rope [L, 64])``."""
+    caches = tuple(caches)
+    layer_kvs = list(layer_kvs)
+    if len(layer_kvs) != len(caches):
+        raise ValueError(f"layer_kvs must hold one (c_latent, k_rope) pair per cache ({len(caches)}), "
+                         f"got {len(layer_kvs)}")
+    return tuple(write_prompt(c, pool, req_id, lat, rope) for c, (lat, rope) in zip(caches, layer_kvs))
