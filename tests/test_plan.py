@@ -191,6 +191,14 @@ def test_profile_errors(tmp_path):
     assert load_profile(good).link_gb_per_s == 100.0
 
 
+def test_matmul_rate_falls_back_to_wider_dtype(toy):
+    assert toy.matmul_flops_per_s("fp4") == 200e12  # no fp4 units: the fp8 rate
+    h200 = load_profile("h200", results_dir=None)
+    assert h200.matmul_flops_per_s("fp4") == h200.matmul_flops_per_s("bf16") == 825e12
+    with pytest.raises(ValueError, match="matmul dtype"):
+        toy.matmul_flops_per_s("fp16")
+
+
 def test_builtin_profiles_and_sources(tmp_path):
     assert {"h100", "h200", "b200", "gb200-nvl72"} <= set(profile_names())
     for name in ("h100", "b200", "gb200-nvl72"):
@@ -293,6 +301,21 @@ def test_calibration_ignores_nan_ceilings(tmp_path):
     assert len(prof.provenance) == 1
 
 
+def test_calibration_skips_cpu_timed_results(tmp_path):
+    rec = {"cp": 2, "T": 8, "H": 128, "L": 1024, "exchange_ms": 3.0, "step_ms": 9.0, "B": 2, "G": 4}
+    _write(tmp_path / "exchange_2026-12-01.json", {"device": "x86_64 CPU; jax 0.11.2; 8 cpu device(s)",
+                                                   "timing": "wall ms", "records": [rec]})
+    assert cal.latest_result(tmp_path, "exchange") is None
+    assert cal.calibration_report(tmp_path)["comparison"] is None
+    _write(tmp_path / "exchange_2026-11-30.json", {"device": "NVIDIA H200; 2 gpu device(s)", "records": [rec]})
+    assert cal.latest_result(tmp_path, "exchange").name == "exchange_2026-11-30.json"
+    row = cal.calibration_report(tmp_path)["comparison"]["rows"][0]
+    # B and G are taken from the record: 2 sequences x 4 tokens.
+    prof = load_profile("h200", results_dir=tmp_path)
+    pred = cal.predict_helix_step(prof, cp=2, T=8, H=128, L=1024, B=2, G=4)
+    assert row["predicted_ms"] == pytest.approx(1e3 * pred["step"])
+
+
 def test_calibration_bad_results(tmp_path):
     _write(tmp_path / "mla_decode_2026-11-30.json", {"records": [{"backend": "ffi"}]})
     with pytest.raises(ValueError, match="missing"):
@@ -321,6 +344,14 @@ def test_cli_json_contract_and_paper_shape(capsys, tmp_path):
     assert res["ttl_ratio"] == pytest.approx(res["best_baseline"]["ttl_ms"] / res["best_helix"]["ttl_ms"], rel=1e-3)
     assert res["batch_ratio"] >= 4
     assert plot.stat().st_size > 10_000
+
+
+def test_cli_reports_infeasible_plan(capsys):
+    from helix_jax.__main__ import main
+
+    # DeepSeek-R1 in fp8 (~671 GB) cannot fit 8 H100s of 80 GB: a clear error, exit code 2.
+    assert main(["plan", "--profile", "h100", "--weight-format", "fp8", "--json"]) == 2
+    assert "no helix layout fits deepseek-r1" in capsys.readouterr().err
 
 
 def test_cli_calibrate_without_measurements(capsys, tmp_path):

@@ -79,6 +79,14 @@ def _run_calibrate(args) -> int:
 
 
 def run(args) -> int:
+    try:
+        return _run(args)
+    except ValueError as e:  # impossible layouts, nothing fits, bad profiles: say why, no traceback
+        print(f"plan: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args) -> int:
     if args.calibrate:
         return _run_calibrate(args)
     m = get_preset(args.model)

@@ -19,7 +19,7 @@ from pathlib import Path
 from .hardware import DEFAULT_RESULTS_DIR, HardwareProfile, load_profile
 from .latency import KV_BYTES, a2a_term, combine_term, exchange_bytes, kv_bytes_per_value, mla_decode_term
 
-__all__ = ["latest_result", "read_result", "fit_attention_efficiency", "fit_exchange", "apply_measurements",
+__all__ = ["is_gpu_result", "latest_result", "read_result", "fit_attention_efficiency", "fit_exchange", "apply_measurements",
            "predict_helix_step", "compare_step_measurements", "calibration_report", "TARGET_REL_ERR"]
 
 TARGET_REL_ERR = 0.25
@@ -31,11 +31,23 @@ def _usable(v) -> bool:
     return isinstance(v, (int, float)) and math.isfinite(v) and v > 0
 
 
+def is_gpu_result(data: dict) -> bool:
+    """False for results timed on a CPU (a CI run of the benchmark): never calibrate from those."""
+    dev = str(data.get("device", "")).lower()
+    return not (dev.startswith("cpu") or " cpu device" in dev or str(data.get("timing", "")).startswith("wall"))
+
+
 def latest_result(results_dir, prefix: str) -> Path | None:
-    """Newest ``<prefix>_<date>.json`` in ``results_dir`` (ISO dates sort by name), or None."""
+    """Newest GPU-timed ``<prefix>_<date>.json`` in ``results_dir`` (ISO dates sort by name), or None."""
     d = Path(results_dir)
-    files = sorted(d.glob(f"{prefix}_*.json")) if d.is_dir() else []
-    return files[-1] if files else None
+    for f in (sorted(d.glob(f"{prefix}_*.json"), reverse=True) if d.is_dir() else []):
+        try:
+            data = json.loads(f.read_text())
+        except json.JSONDecodeError:
+            return f  # read_result reports it
+        if isinstance(data, dict) and is_gpu_result(data):
+            return f
+    return None
 
 
 def read_result(path, *, record_keys) -> dict:

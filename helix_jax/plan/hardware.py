@@ -68,9 +68,9 @@ class HardwareProfile:
 
     def matmul_flops_per_s(self, dtype: str) -> float:
         """Peak matmul rate for ``dtype``; a dtype the GPU lacks falls back to the next wider one."""
-        order = MATMUL_DTYPES[MATMUL_DTYPES.index(dtype):] if dtype in MATMUL_DTYPES else None
-        if order is None:
+        if dtype not in MATMUL_DTYPES:
             raise ValueError(f"matmul dtype must be one of {MATMUL_DTYPES}, got {dtype!r}")
+        order = MATMUL_DTYPES[:MATMUL_DTYPES.index(dtype) + 1][::-1]  # e.g. fp4 -> fp8 -> bf16
         for d in order:
             if d in self.matmul_tflop_per_s:
                 return float(self.matmul_tflop_per_s[d]) * 1e12
