@@ -26,7 +26,6 @@ import os
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")   # never NVLink multicast on shared hosts
 
 import argparse
-import datetime as dt
 import functools
 import json
 import math
@@ -34,18 +33,21 @@ import pathlib
 import statistics
 import time
 
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from helix_jax import ledger
-from helix_jax.cache import HelixMLACache
-from helix_jax.exchange import exchange_and_combine, exchange_and_combine_unpacked
-from helix_jax.mesh import make_cp_mesh
-from helix_jax.ops import exchange as ex
-from helix_jax.ops.mla_decode import mla_decode
-from helix_jax.ops.mla_decode import api as decode_api
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from benchmarks import common  # noqa: E402
+from helix_jax import ledger  # noqa: E402
+from helix_jax.exchange import exchange_and_combine, exchange_and_combine_unpacked  # noqa: E402
+from helix_jax.mesh import make_cp_mesh  # noqa: E402
+from helix_jax.ops import exchange as ex  # noqa: E402
+from helix_jax.ops.mla_decode import api as decode_api  # noqa: E402
+from helix_jax.ops.mla_decode import mla_decode  # noqa: E402
 
 D, DR = 512, 64
 NVLINK_GB_S = 478.0           # 18 NVLinks between the two H200s, each way
@@ -224,7 +226,7 @@ def main(argv=None):
     ap.add_argument("--seq-len", type=int, default=None, help="global L per sequence (default 65536; CPU 1024)")
     ap.add_argument("--page-size", type=int, default=64)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--wall-n", type=int, default=20)
+    ap.add_argument("--wall-n", type=int, default=10)
     ap.add_argument("--check", action="store_true", help="also check cp vs cp=1 vs float64 (ffi backends)")
     ap.add_argument("--out", default=str(pathlib.Path(__file__).parent / "results"))
     a = ap.parse_args(argv)
@@ -240,7 +242,7 @@ def main(argv=None):
     devs = jax.devices()
     print(f"devices: {len(devs)} x {devs[0].device_kind}; decode backend {dec}; exchange backend {exch}", flush=True)
     mesh_cp, mesh_1 = make_cp_mesh(a.cp), make_cp_mesh(1)
-    ceiling_copy = copy_ms(1 << 30, a.reps) if gpu else None
+    copy_gb_s = common.copy_tb_per_s(1 << 30) * 1e3 if gpu else None
     records, extra = [], {}
     for t in tokens:
         b, g = GROUP_FOR_T[t]
@@ -255,27 +257,35 @@ def main(argv=None):
         same_copy = copy_ms(comb_bytes, a.reps) if gpu else None
         steps = {}
         for c, mesh in ((a.cp, mesh_cp), (1, mesh_1)):
-            args = step_inputs(mesh, b, g, a.heads, seq_len, a.page_size, dtype, seed=100 + t)
-            f = step_fn(mesh, page_size=a.page_size, softmax_scale=scale, decode_impl=dec, exchange_impl=exch)
-            k_ms, k_parts = kernel_time(f, *args, devices=c, reps=a.reps)
-            steps[c] = {"kernel_ms": k_ms, "parts_ms": k_parts, "wall_ms": wall_time(f, *args, n=a.wall_n)}
-            del args
+            try:
+                args = step_inputs(mesh, b, g, a.heads, seq_len, a.page_size, dtype, seed=100 + t)
+                f = step_fn(mesh, page_size=a.page_size, softmax_scale=scale, decode_impl=dec, exchange_impl=exch)
+                k_ms, k_parts = kernel_time(f, *args, devices=c, reps=a.reps)
+                steps[c] = {"kernel_ms": k_ms, "parts_ms": k_parts, "wall_ms": wall_time(f, *args, n=a.wall_n)}
+                del args
+            except Exception as e:  # noqa: BLE001 - record and go on: one failing size must not lose the rest
+                print(f"  step cp={c} T={t} failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
+                steps[c] = {"kernel_ms": None, "parts_ms": {}, "wall_ms": None, "error": f"{type(e).__name__}: {e}"[:500]}
         st = steps[a.cp]["kernel_ms"] if gpu else steps[a.cp]["wall_ms"]
         st1 = steps[1]["kernel_ms"] if gpu else steps[1]["wall_ms"]
-        ex1 = sum(v for k, v in steps[1]["parts_ms"].items() if k in ("pack", "combine")) if gpu else None
+        ex1 = sum(v for k, v in steps[1]["parts_ms"].items() if k in ("pack", "combine")) if gpu and st1 else None
         records.append({"cp": a.cp, "T": t, "H": a.heads, "L": seq_len, "exchange_ms": ex_ms, "step_ms": st,
-                        "exchange_share": ex_ms / st if st else None, "a2a_gb_per_s": a2a_gbs,
+                        "exchange_share": ex_ms / st if st else None, "decode_backend": dec, "a2a_gb_per_s": a2a_gbs,
                         "B": b, "G": g, "exchange_variant": main_v,
                         "exchange_variants": res, "step_parts_ms": steps[a.cp]["parts_ms"],
                         "step_wall_ms": steps[a.cp]["wall_ms"], "a2a_link_fraction": (a2a_gbs / NVLINK_GB_S) if a2a_gbs else None,
                         "payload_bytes_per_rank": payload, "combine_gb_per_s": comb_gbs,
                         "combine_vs_same_size_copy": (same_copy / parts["combine"]) if same_copy and parts.get("combine") else None,
-                        "combine_vs_copy_ceiling": (comb_gbs / ((1 << 30) / (ceiling_copy * 1e-3) / 1e9)) if comb_gbs and ceiling_copy else None})
+                        "combine_vs_copy_ceiling": (comb_gbs / copy_gb_s) if comb_gbs and copy_gb_s else None})
         records.append({"cp": 1, "T": t, "H": a.heads, "L": seq_len, "exchange_ms": ex1, "step_ms": st1,
                         "exchange_share": (ex1 / st1) if ex1 is not None and st1 else None, "a2a_gb_per_s": None,
                         "B": b, "G": g, "step_parts_ms": steps[1]["parts_ms"], "step_wall_ms": steps[1]["wall_ms"],
-                        "speedup_cp_vs_1": (st1 / st) if st else None})
+                        "speedup_cp_vs_1": (st1 / st) if st and st1 else None,
+                        "errors": {c: v["error"] for c, v in steps.items() if "error" in v} or None})
         r = records[-2]
+        if st is None or st1 is None:
+            print(f"T={t}: exchange {ex_ms} ms, step unavailable", flush=True)
+            continue
         print(f"T={t:4d} (B={b}, G={g}) cp={a.cp}: exchange {ex_ms:.4f} ms [{main_v}; "
               + ", ".join(f"{v} {res[v]['kernel_ms'] if gpu else res[v]['wall_ms']:.4f}" for v in res)
               + f"]  parts {({k: round(v, 4) for k, v in parts.items()})}  a2a "
@@ -283,12 +293,15 @@ def main(argv=None):
               + f"  step {st:.3f} ms (share {r['exchange_share']:.1%})  cp=1 step {st1:.3f} ms"
               + f"  combine {comb_gbs or 0:.0f} GB/s", flush=True)
     if a.check:
-        extra["check"] = correctness_check(a.cp, a.heads, dtype)
+        try:
+            extra["check"] = correctness_check(a.cp, a.heads, dtype)
+        except Exception as e:  # noqa: BLE001
+            extra["check"] = {"error": f"{type(e).__name__}: {e}"[:500]}
         print("check:", extra["check"], flush=True)
-    device = f"{len(devs)} x {devs[0].device_kind} ({jax.default_backend()})"
-    date = dt.date.today().isoformat()
+    device = common.device_line()
+    date = common.today()
     doc = {"device": device, "date": date, "decode_backend": dec, "exchange_backend": exch,
-           "copy_ceiling_gb_per_s": ((1 << 30) / (ceiling_copy * 1e-3) / 1e9) if ceiling_copy else None,
+           "copy_ceiling_gb_per_s": copy_gb_s,
            "nvlink_gb_per_s_each_way": NVLINK_GB_S, "timing": "CUPTI kernel ms per device" if gpu else "wall ms",
            "records": records, **extra}
     out = pathlib.Path(a.out)
