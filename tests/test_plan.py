@@ -267,9 +267,9 @@ def test_calibration_fits_planted_efficiencies(tmp_path):
     ex = []
     prof = load_profile("h200", results_dir=tmp_path)
     for T in (1, 8, 64, 512):
-        bytes_ = lt.exchange_bytes(tokens=T, heads_tp=128, cp=2)
-        comb = lt.combine_term(prof, tokens=T, heads_tp=128, cp=2).seconds
-        ex_ms = 1e3 * (12e-6 + bytes_ / 300e9 + comb)
+        parts = cal.our_exchange_parts(prof, T=T, H=128, cp=2)
+        assert parts["a2a_bytes"] == T * 128 * 1040 / 2  # 512 bf16 + LSE padded to 16 B, half leaves
+        ex_ms = 1e3 * (12e-6 + parts["a2a_bytes"] / 300e9 + parts["pack"] + parts["combine"])
         ex.append({"cp": 2, "T": T, "H": 128, "L": 65536, "exchange_ms": ex_ms, "step_ms": 1.0})
     ex.append({"cp": 1, "T": 8, "H": 128, "L": 65536, "exchange_ms": 0.0, "step_ms": 0.5})
     _write(tmp_path / "exchange_2026-11-30.json", {"device": "H200", "date": "2026-11-30", "records": ex})
@@ -290,6 +290,10 @@ def test_calibration_fits_planted_efficiencies(tmp_path):
     assert rep["comparison"]["within_target"] is False  # the cp=1 row is far off on purpose
     cp1 = cal.predict_helix_step(prof, cp=1, T=8, H=128, L=65536)
     assert cp1["helix_a2a"] == 0 and rows[4]["rel_err"] == pytest.approx(1e3 * cp1["step"] / 0.5 - 1)
+    # cp=1 step = metadata + decode of the whole 64K + pack + combine (3 us launches, 0.8 elementwise).
+    dec = lt.mla_decode_term(prof, batch=8, group=1, heads=128, tokens_per_rank=65536, kv_format="bf16").seconds
+    pack_comb = (8 * 128 * (1028 + 1040) + 8 * 128 * (1040 + 1028)) / (4.0e12 * 0.8)
+    assert cp1["step"] == pytest.approx(3e-6 * 3 + dec + pack_comb)
 
 
 def test_calibration_ignores_nan_ceilings(tmp_path):

@@ -17,9 +17,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from .hardware import DEFAULT_RESULTS_DIR, HardwareProfile, load_profile
-from .latency import KV_BYTES, a2a_term, combine_term, exchange_bytes, kv_bytes_per_value, mla_decode_term
+from .latency import (ACT_BYTES, KV_BYTES, STATS_BYTES, a2a_term, exchange_bytes, kv_bytes_per_value,
+                      mla_decode_term)
 
-__all__ = ["is_gpu_result", "latest_result", "read_result", "fit_attention_efficiency", "fit_exchange", "apply_measurements",
+__all__ = ["is_gpu_result", "latest_result", "read_result", "fit_attention_efficiency", "our_exchange_parts",
+           "fit_exchange", "apply_measurements",
            "predict_helix_step", "compare_step_measurements", "calibration_report", "TARGET_REL_ERR"]
 
 TARGET_REL_ERR = 0.25
@@ -105,8 +107,29 @@ def fit_attention_efficiency(profile: HardwareProfile, records) -> dict:
     return out
 
 
+# Our packed exchange (helix_jax.ops.exchange): sanitize+pack writes one payload of 512 bf16 + an LSE
+# padded to 16 B per (token, head); the all-to-all moves it (cp > 1 only); combine reads it back.
+PAYLOAD_STATS_BYTES = 16
+
+
+def our_exchange_parts(profile: HardwareProfile, *, T: int, H: int, cp: int) -> dict:
+    """Seconds of sanitize+pack and combine, and the all-to-all bytes, of our exchange on one rank.
+
+    pack reads ``[T, H, 512]`` bf16 + ``[T, H]`` fp32 and writes the payload; combine reads the payload
+    (``C`` partials of ``H/C`` heads) and writes ``[T, H/C, 512]`` bf16 + ``[T, H/C]`` fp32. Both run at
+    every cp, including 1 (where the all-to-all is skipped).
+    """
+    fixed = profile.kernel_launch_us * 1e-6
+    bw = profile.hbm_bytes_per_s * profile.eff("elementwise")
+    row, payload_row = 512 * ACT_BYTES + STATS_BYTES, 512 * ACT_BYTES + PAYLOAD_STATS_BYTES
+    pack = T * H * (row + payload_row)
+    comb = T * H * payload_row + T * (H // cp) * row
+    return {"pack": fixed + pack / bw, "combine": fixed + comb / bw,
+            "a2a_bytes": exchange_bytes(tokens=T, heads_tp=H, cp=cp, stats_bytes=PAYLOAD_STATS_BYTES)}
+
+
 def fit_exchange(profile: HardwareProfile, records) -> dict | None:
-    """Least-squares ``exchange_ms - combine = latency + bytes / bw`` over the cp > 1 records.
+    """Least-squares ``exchange_ms - pack - combine = latency + bytes / bw`` over the cp > 1 records.
 
     Returns ``{"a2a_latency_us", "link_gb_per_s", "link"}`` (link = efficiency against
     ``link_gb_per_s``) or None without cp > 1 records.
@@ -114,10 +137,10 @@ def fit_exchange(profile: HardwareProfile, records) -> dict | None:
     pts = []
     for r in records:
         cp, T, H = int(r["cp"]), int(r["T"]), int(r["H"])
-        if cp < 2:
+        if cp < 2 or r.get("exchange_ms") is None:
             continue
-        comb = combine_term(profile, tokens=T, heads_tp=H, cp=cp).seconds
-        pts.append((exchange_bytes(tokens=T, heads_tp=H, cp=cp), max(0.0, r["exchange_ms"] * 1e-3 - comb), r))
+        ex = our_exchange_parts(profile, T=T, H=H, cp=cp)
+        pts.append((ex["a2a_bytes"], max(0.0, r["exchange_ms"] * 1e-3 - ex["pack"] - ex["combine"]), r))
     if not pts:
         return None
     xs = [p[0] for p in pts]
@@ -170,33 +193,38 @@ def apply_measurements(profile: HardwareProfile, results_dir=DEFAULT_RESULTS_DIR
 
 
 def predict_helix_step(profile: HardwareProfile, *, cp: int, T: int, H: int, L: int, B: int | None = None,
-                       G: int | None = None, kv_format: str = "bf16") -> dict:
-    """One Helix attention step of ``helix_mla_attention`` on one rank (seconds per part and total).
+                       G: int | None = None, kv_format: str = "bf16", include_append: bool = False) -> dict:
+    """Seconds of one per-rank Helix attention step as ``benchmarks/exchange.py`` times it.
 
     ``T = B * G`` query tokens, ``H`` heads (all on this rank: tpa = 1), ``L`` global cached tokens per
-    sequence, ``L / cp`` on this rank. Parts: KV append, bounded decode, all-to-all, LSE combine (no HOP-B:
-    our step does not overlap). Without ``B``/``G`` the step is read as single-token decode (G = 1, B = T).
+    sequence, ``L / cp`` on this rank. Parts: ledger metadata (one small kernel), bounded decode,
+    sanitize+pack, all-to-all (cp > 1), LSE combine; no HOP-B (our step does not overlap). The benchmark
+    leaves the KV append out (``include_append`` adds it). Without ``B``/``G``: G = 1, B = T.
     """
     G = 1 if G is None else int(G)
     B = T // G if B is None else int(B)
-    if B * G != T:
-        raise ValueError(f"T must equal B * G, got T={T}, B={B}, G={G}")
-    for k, v in (("cp", cp), ("T", T), ("H", H), ("L", L)):
+    for k, v in (("cp", cp), ("T", T), ("H", H), ("L", L), ("B", B), ("G", G)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{k} must be a positive int, got {v!r}")
+    if B * G != T:
+        raise ValueError(f"T must equal B * G, got T={T}, B={B}, G={G}")
     if H % cp:
         raise ValueError(f"H={H} must be divisible by cp={cp} (heads are split over the all-to-all)")
     fixed = profile.kernel_launch_us * 1e-6
-    append_bytes = 2.0 * T * 576 * kv_bytes_per_value(kv_format)
+    ex = our_exchange_parts(profile, T=T, H=H, cp=cp)
     parts = {
-        "kv_append": fixed + append_bytes / (profile.hbm_bytes_per_s * profile.eff("elementwise")),
+        "metadata": fixed,
         "mla_decode": mla_decode_term(profile, batch=B, group=G, heads=H, tokens_per_rank=L / cp,
                                       kv_format=kv_format).seconds,
-        "helix_a2a": a2a_term(profile, exchange_bytes(tokens=T, heads_tp=H, cp=cp)).seconds,
-        "helix_combine": combine_term(profile, tokens=T, heads_tp=H, cp=cp).seconds,
+        "helix_pack": ex["pack"],
+        "helix_a2a": a2a_term(profile, ex["a2a_bytes"]).seconds,
+        "helix_combine": ex["combine"],
     }
+    if include_append:
+        append_bytes = 2.0 * T * 576 * kv_bytes_per_value(kv_format)
+        parts["kv_append"] = fixed + append_bytes / (profile.hbm_bytes_per_s * profile.eff("elementwise"))
     parts["step"] = sum(parts.values())
-    parts["exchange"] = parts["helix_a2a"] + parts["helix_combine"]
+    parts["exchange"] = parts["helix_pack"] + parts["helix_a2a"] + parts["helix_combine"]
     return parts
 
 

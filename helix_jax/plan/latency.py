@@ -224,11 +224,14 @@ def gemm_term(profile: HardwareProfile, *, params: float, tokens: int, weight_fo
     return Term(name, s, bytes_, flops, bound, count)
 
 
-def exchange_bytes(*, tokens: int, heads_tp: int, cp: int) -> float:
-    """Bytes one rank sends in the Helix all-to-all (§6.1): ``T * H_tp * (512*2 + 4) * (C-1)/C``."""
+def exchange_bytes(*, tokens: int, heads_tp: int, cp: int, stats_bytes: int = STATS_BYTES) -> float:
+    """Bytes one rank sends in the Helix all-to-all (§6.1): ``T * H_tp * (512*2 + 4) * (C-1)/C``.
+
+    ``stats_bytes``: bytes of softmax statistics per (token, head); our packed payload pads the LSE to 16.
+    """
     if cp < 1:
         raise ValueError(f"cp must be >= 1, got {cp}")
-    return tokens * heads_tp * (512 * ACT_BYTES + STATS_BYTES) * (cp - 1) / cp
+    return tokens * heads_tp * (512 * ACT_BYTES + stats_bytes) * (cp - 1) / cp
 
 
 def a2a_term(profile: HardwareProfile, bytes_out: float, *, name: str = "helix_a2a") -> Term:
