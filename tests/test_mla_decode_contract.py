@@ -203,10 +203,14 @@ def test_ffi_cuda_lowering_emits_custom_call(rng):
 
     args = [case[k] for k in ("q_lat", "q_rope", "c_lat", "k_rope", "page_table", "bounds")]
     text = jax.jit(f).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
-    line = next(ln for ln in text.splitlines() if "custom_call" in ln and "helix_mla_decode" in ln)
+    lines = [ln for ln in text.splitlines() if "custom_call" in ln and "helix_mla_decode" in ln]
+    assert len(lines) == 1, text   # only the CUDA branch of platform_dependent is lowered
+    line = lines[0]
     assert "mhlo.backend_config = {softmax_scale = 1.250000e-01 : f32}" in line, line  # typed-FFI attribute
+    ws = ffi_backend.workspace_bytes(1, 2 * 4)
     assert "tensor<1x2x4x512xbf16>, tensor<1x2x4x64xbf16>, tensor<5x64x512xbf16>, tensor<5x64x64xbf16>, " \
-           "tensor<1x2xi32>, tensor<1x2xi32>) -> (tensor<1x2x4x512xbf16>, tensor<1x2x4xf32>)" in line, line
+           f"tensor<1x2xi32>, tensor<1x2xi32>) -> (tensor<1x2x4x512xbf16>, tensor<1x2x4xf32>, tensor<{ws}xui8>)" \
+           in line, line
 
 
 def test_explicit_ffi_without_library_names_build_command(monkeypatch, tmp_path):

@@ -57,7 +57,8 @@ bool Supported(ffi::DataType t) {
 ffi::Error MlaDecodeCpu(ffi::AnyBuffer q_lat, ffi::AnyBuffer q_rope, ffi::AnyBuffer c_lat,
                         ffi::AnyBuffer k_rope, ffi::Buffer<ffi::S32> page_table,
                         ffi::Buffer<ffi::S32> kv_bounds, float softmax_scale,
-                        ffi::Result<ffi::AnyBuffer> o, ffi::Result<ffi::Buffer<ffi::F32>> lse) {
+                        ffi::Result<ffi::AnyBuffer> o, ffi::Result<ffi::Buffer<ffi::F32>> lse,
+                        ffi::Result<ffi::AnyBuffer> /*workspace: used by the CUDA handler only*/) {
   MlaShape s;
   std::string err = CheckMlaShapes(q_lat, q_rope, c_lat, k_rope, page_table.dimensions(),
                                    kv_bounds.dimensions(), o->dimensions(), lse->dimensions(), &s);
@@ -136,4 +137,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(HelixMlaDecodeCpu, helix_ffi::MlaDecodeCpu,
                                   .Arg<xla::ffi::Buffer<xla::ffi::S32>>()     // kv_bounds
                                   .Attr<float>("softmax_scale")
                                   .Ret<xla::ffi::AnyBuffer>()                 // o
-                                  .Ret<xla::ffi::Buffer<xla::ffi::F32>>());   // lse
+                                  .Ret<xla::ffi::Buffer<xla::ffi::F32>>()     // lse
+                                  .Ret<xla::ffi::AnyBuffer>());               // workspace (CUDA only)

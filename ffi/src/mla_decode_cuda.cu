@@ -35,6 +35,7 @@ constexpr int kSmemBytes = 3 * kTileElems * 2 + kRowsTile * kTokTile * 2 + 2 * k
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kSegOverhead = 1;                       // cost of starting a segment, in KV tiles
+constexpr int kMaxParts = 160;                        // >= SMs of any Hopper part; mirrors ffi.py MAX_PARTS
 
 struct Sched {
   int4* seg;        // [max_segs] (b, blk0, blk1, -)
@@ -375,9 +376,25 @@ __global__ void __launch_bounds__(128) mla_combine(const float* __restrict__ o_p
 
 size_t AlignUp(size_t x) { return (x + 255) & ~size_t(255); }
 
+// Workspace layout (mirrors helix_jax/ops/mla_decode/ffi.py:workspace_bytes): segment table, part
+// ranges, per-batch segment ranges, partial lse [segs, GH], partial o [segs, GH, 512], each 256-aligned.
+struct WsLayout {
+  size_t seg, part, batch, lse, o, total;
+};
+WsLayout Layout(long long B, long long GH) {
+  const long long segs = B + kMaxParts;
+  WsLayout l;
+  l.seg = 0;
+  l.part = l.seg + AlignUp(sizeof(int4) * segs);
+  l.batch = l.part + AlignUp(sizeof(int2) * kMaxParts);
+  l.lse = l.batch + AlignUp(sizeof(int2) * B);
+  l.o = l.lse + AlignUp(sizeof(float) * segs * GH);
+  l.total = l.o + AlignUp(sizeof(float) * segs * GH * kDl);
+  return l;
+}
+
 template <bool kBf16>
-ffi::Error Launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, const Params& base, int num_sms,
-                  uint16_t* o, float* lse) {
+ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms, uint16_t* o, float* lse) {
   static std::once_flag once;
   static cudaError_t attr_err = cudaSuccess;
   std::call_once(once, [] {
@@ -386,17 +403,11 @@ ffi::Error Launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, const Par
   HELIX_CUDA_CHECK(attr_err);
   Params p = base;
   const int mtiles = (p.GH + kRowsTile - 1) / kRowsTile;
-  const int num_parts = num_sms / mtiles > 1 ? num_sms / mtiles : 1;
-  const long long max_segs = (long long)p.B + num_parts;
-  const size_t seg_b = AlignUp(sizeof(int4) * max_segs), part_b = AlignUp(sizeof(int2) * num_parts),
-               batch_b = AlignUp(sizeof(int2) * p.B), lse_b = AlignUp(sizeof(float) * max_segs * p.GH),
-               o_b = AlignUp(sizeof(float) * max_segs * p.GH * kDl);
-  auto mem = scratch.Allocate(seg_b + part_b + batch_b + lse_b + o_b, 256);
-  if (!mem.has_value()) return ffi::Error::Internal("helix_mla_decode: scratch allocation failed");
-  char* w = static_cast<char*>(*mem);
-  Sched s{reinterpret_cast<int4*>(w), reinterpret_cast<int2*>(w + seg_b), reinterpret_cast<int2*>(w + seg_b + part_b)};
-  p.lse_part = reinterpret_cast<float*>(w + seg_b + part_b + batch_b);
-  p.o_part = reinterpret_cast<float*>(w + seg_b + part_b + batch_b + lse_b);
+  const int num_parts = min(max(num_sms / mtiles, 1), kMaxParts);
+  const WsLayout l = Layout(p.B, p.GH);
+  Sched s{reinterpret_cast<int4*>(ws + l.seg), reinterpret_cast<int2*>(ws + l.part), reinterpret_cast<int2*>(ws + l.batch)};
+  p.lse_part = reinterpret_cast<float*>(ws + l.lse);
+  p.o_part = reinterpret_cast<float*>(ws + l.o);
 
   mla_schedule<<<1, 1, 0, stream>>>(p.bounds, p.B, p.G, p.cap, num_parts, s);
   HELIX_CUDA_CHECK(cudaGetLastError());
@@ -418,10 +429,11 @@ int NumSms() {
   return n;
 }
 
-ffi::Error MlaDecodeCuda(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer q_lat,
+ffi::Error MlaDecodeCuda(cudaStream_t stream, ffi::AnyBuffer q_lat,
                          ffi::AnyBuffer q_rope, ffi::AnyBuffer c_lat, ffi::AnyBuffer k_rope,
                          ffi::Buffer<ffi::S32> page_table, ffi::Buffer<ffi::S32> kv_bounds, float softmax_scale,
-                         ffi::Result<ffi::AnyBuffer> o, ffi::Result<ffi::Buffer<ffi::F32>> lse) {
+                         ffi::Result<ffi::AnyBuffer> o, ffi::Result<ffi::Buffer<ffi::F32>> lse,
+                         ffi::Result<ffi::AnyBuffer> workspace) {
   MlaShape s;
   std::string err = CheckMlaShapes(q_lat, q_rope, c_lat, k_rope, page_table.dimensions(), kv_bounds.dimensions(),
                                    o->dimensions(), lse->dimensions(), &s);
@@ -452,9 +464,14 @@ ffi::Error MlaDecodeCuda(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi
   p.B = (int)s.B; p.G = (int)s.G; p.H = (int)s.H; p.GH = (int)s.rows();
   p.P = (int)s.P; p.npp = (int)s.npp; p.N = (int)s.N; p.cap = (int)(s.npp * s.P);
   p.scale_log2 = softmax_scale * kLog2e;
+  const size_t need = Layout(s.B, s.rows()).total;
+  if (workspace->size_bytes() < need)
+    return ffi::Error::InvalidArgument("helix_mla_decode (CUDA): workspace has " + std::to_string(workspace->size_bytes()) +
+                                       " bytes, needs " + std::to_string(need) + " (ffi.py workspace_bytes out of sync?)");
+  char* ws = static_cast<char*>(workspace->untyped_data());
   auto* out = static_cast<uint16_t*>(o->untyped_data());
-  if (t == ffi::DataType::BF16) return Launch<true>(stream, scratch, p, num_sms, out, lse->typed_data());
-  return Launch<false>(stream, scratch, p, num_sms, out, lse->typed_data());
+  if (t == ffi::DataType::BF16) return Launch<true>(stream, ws, p, num_sms, out, lse->typed_data());
+  return Launch<false>(stream, ws, p, num_sms, out, lse->typed_data());
 }
 
 }  // namespace
@@ -463,7 +480,6 @@ ffi::Error MlaDecodeCuda(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HelixMlaDecodeCuda, helix_ffi::MlaDecodeCuda,
                               xla::ffi::Ffi::Bind()
                                   .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Ctx<xla::ffi::ScratchAllocator>()
                                   .Arg<xla::ffi::AnyBuffer>()                 // q_latent
                                   .Arg<xla::ffi::AnyBuffer>()                 // q_rope
                                   .Arg<xla::ffi::AnyBuffer>()                 // c_latent
@@ -472,4 +488,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(HelixMlaDecodeCuda, helix_ffi::MlaDecodeCuda,
                                   .Arg<xla::ffi::Buffer<xla::ffi::S32>>()     // kv_bounds
                                   .Attr<float>("softmax_scale")
                                   .Ret<xla::ffi::AnyBuffer>()                 // o
-                                  .Ret<xla::ffi::Buffer<xla::ffi::F32>>());   // lse
+                                  .Ret<xla::ffi::Buffer<xla::ffi::F32>>()     // lse
+                                  .Ret<xla::ffi::AnyBuffer>());               // workspace (split-KV partials)

@@ -17,6 +17,24 @@ TARGET = "helix_mla_decode"
 CPU_SYMBOL = "HelixMlaDecodeCpu"
 CUDA_SYMBOL = "HelixMlaDecodeCuda"
 CUDA_DTYPES = (jnp.bfloat16, jnp.float16)
+MAX_PARTS = 160  # split-KV CTAs per row tile, upper bound; mirrors kMaxParts in mla_decode_cuda.cu
+
+
+def _align(x):
+    return (x + 255) // 256 * 256
+
+
+def workspace_bytes(batch, rows):
+    """Bytes of the CUDA handler's split-KV workspace for ``batch`` sequences of ``rows`` = G*H query rows.
+
+    Segment table, part ranges, per-sequence ranges, partial lse ``[segs, rows]`` and partial o
+    ``[segs, rows, 512]`` fp32 with ``segs = batch + MAX_PARTS`` (mirrors ``Layout`` in the .cu file).
+    The workspace is a third result of the custom call, so XLA owns it (FFI scratch allocation is
+    not available in the CUDA runtime here).
+    """
+    segs = batch + MAX_PARTS
+    return (_align(16 * segs) + _align(8 * MAX_PARTS) + _align(8 * batch) + _align(4 * segs * rows)
+            + _align(4 * segs * rows * 512))
 
 
 def availability(platform):
@@ -54,10 +72,17 @@ def mla_decode(q_latent, q_rope, c_latent, k_rope, page_table, kv_bounds, softma
     if jax.default_backend() == "gpu":
         _check_gpu_operands(q_latent, c_latent, k_rope)
     b, g, h, dl = q_latent.shape
-    call = jax.ffi.ffi_call(
-        TARGET,
-        (jax.ShapeDtypeStruct((b, g, h, dl), q_latent.dtype), jax.ShapeDtypeStruct((b, g, h), jnp.float32)),
-        vmap_method="sequential")
-    o, lse = call(q_latent, q_rope, c_latent, k_rope, page_table.astype(jnp.int32), kv_bounds.astype(jnp.int32),
-                  softmax_scale=np.float32(softmax_scale))
-    return o, lse
+    operands = (q_latent, q_rope, c_latent, k_rope, page_table.astype(jnp.int32), kv_bounds.astype(jnp.int32))
+
+    def call(ws_bytes):
+        def f(*ops):
+            out = jax.ffi.ffi_call(
+                TARGET,
+                (jax.ShapeDtypeStruct((b, g, h, dl), q_latent.dtype), jax.ShapeDtypeStruct((b, g, h), jnp.float32),
+                 jax.ShapeDtypeStruct((ws_bytes,), jnp.uint8)),
+                vmap_method="sequential")(*ops, softmax_scale=np.float32(softmax_scale))
+            return out[0], out[1]
+        return f
+
+    # The workspace size is platform-specific: lowering for CUDA (also from a CPU host) gets the real one.
+    return jax.lax.platform_dependent(*operands, cpu=call(1), cuda=call(workspace_bytes(b, g * h)))
