@@ -120,6 +120,20 @@ def test_step_tp_baseline_kv_term_and_spec_ttl():
     per_layer = 2e-6 + ((1 << 20) / 8 * 576 + 128 * 1088 * 2) / 6.4e12
     assert h.breakdown_ms()["mla_decode"] == pytest.approx(1e3 * 61 * per_layer, rel=1e-9)
     assert h.breakdown_ms()["helix_a2a"] > 0 and "helix_a2a" not in r.breakdown_ms()
+    # Without re-provisioning every rank all-gathers all 8 partials (8x Helix's bytes), and o_proj is unsliced.
+    k = lt.step(m, p, lt.Layout(kvp=8, tpa=1, reprovision=False), wl, check_memory=False)  # 378 GB of weights
+    a2a = [t for t in h.terms if t.name == "helix_a2a"][0]
+    ag = [t for t in k.terms if t.name == "kvp_allgather"][0]
+    assert ag.bytes == 8 * a2a.bytes == 8 * lt.exchange_bytes(tokens=1, heads_tp=128, cp=8)
+    out_h, out_k = ([t for t in r.terms if t.name == "attn_out_proj"][0].bytes for r in (h, k))
+    assert out_k == pytest.approx(8 * out_h)
+    # HOP-B at 16 sequences x 4 tokens hides part of the all-to-all; off, all of it is exposed. (At 16 x 1
+    # token the bandwidth part, ~2.7 us, is below the 2 us launch each extra chunk costs: no gain.)
+    on, off = (lt.step(m, p, lt.Layout(kvp=8, tpa=1), replace(wl, batch=16, draft_len=3, hopb=x))
+               for x in (True, False))
+    assert on.breakdown_ms()["helix_a2a"] < off.breakdown_ms()["helix_a2a"]
+    assert off.breakdown_ms()["helix_a2a"] == pytest.approx(1e3 * 61 * lt.a2a_term(p, lt.exchange_bytes(
+        tokens=64, heads_tp=128, cp=8)).seconds)
     # Speculation: 4 tokens verified, 2.5 committed per step -> TTL = step / 2.5.
     s = lt.step(m, p, lt.Layout(kvp=8, tpa=1), replace(wl, draft_len=3, accept_len=2.5))
     assert s.ttl_ms == pytest.approx(1e3 * s.step_s / 2.5)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 
 from ..plan import calibrate as cal
 from ..plan.hardware import DEFAULT_RESULTS_DIR, load_profile, profile_names
@@ -53,7 +54,7 @@ def _table(points, top):
 def _breakdown(m, prof, wl, point):
     lay = Layout(kvp=point["layout"]["kvp"], tpa=point["layout"]["tpa"], ep=point["layout"]["ep"],
                  reprovision=point["layout"]["reprovision"])
-    r = step(m, prof, lay, Workload(**{**wl.__dict__, "batch": point["batch"]}))
+    r = step(m, prof, lay, replace(wl, batch=point["batch"]))
     return {k: round(v, 4) for k, v in sorted(r.breakdown_ms().items(), key=lambda kv: -kv[1])}
 
 
