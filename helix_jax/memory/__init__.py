@@ -3,6 +3,7 @@
 * :mod:`.pool` — :class:`HelixPagePool`, whole super-block allocation per CP rank.
 * :mod:`.tables` — page tables for :class:`helix_jax.HelixMLACache`, prompt hand-off.
 * :mod:`.schedule` — continuous batching (:func:`schedule_requests`).
+* :mod:`.serving` — continuous-batching speculative decoding (:func:`serve_requests`).
 * :mod:`.quota` — byte/token/page/super-block conversions (§9.3).
 * :mod:`.cost`, :mod:`.plan`, :mod:`.presets` — cost model, draft mapping, budget split.
 * :mod:`.state` — recurrent-state sizing for hybrid models (§9.4).
@@ -15,6 +16,7 @@ from .quota import (global_to_physical_tokens, global_to_superblocks, local_byte
                     pages_from_bytes, physical_to_global_tokens, physical_tokens_from_bytes,
                     usable_physical_tokens)
 from .schedule import ContinuousBatcher, Request, ScheduleReport, StepPlan, schedule_requests, staggered_requests
+from .serving import ServeResult, serve_requests
 from .state import RecurrentSpec, StatePool, effective_tp, state_bytes_per_request, state_shapes
 from .tables import (device_page_table, make_cache, prompt_rows, refresh_cache, refresh_caches, write_prompt,
                      write_prompts)
@@ -31,6 +33,7 @@ __all__ = [
     "device_page_table", "make_cache", "refresh_cache", "refresh_caches", "write_prompt", "write_prompts",
     "prompt_rows",
     "Request", "StepPlan", "ContinuousBatcher", "ScheduleReport", "schedule_requests", "staggered_requests",
+    "ServeResult", "serve_requests",
     "physical_tokens_from_bytes", "usable_physical_tokens", "physical_to_global_tokens",
     "local_bytes_to_global_tokens", "global_to_superblocks", "global_to_physical_tokens", "pages_from_bytes",
     "Mapping", "draft_mapping", "require_cp_free", "CacheCost", "helix_draft_cost", "mla_bytes_per_token",
