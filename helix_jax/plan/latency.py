@@ -18,9 +18,9 @@ from .presets import ModelPreset
 __all__ = [
     "KV_BYTES", "WEIGHT_BYTES", "ACT_BYTES", "STATS_BYTES", "Layout", "Workload", "Term", "StepResult",
     "kv_bytes_per_value", "roofline", "mla_decode_term", "gemm_term", "exchange_bytes", "a2a_term",
-    "combine_term", "allreduce_term", "hopb_exposed", "expected_active_experts", "busiest_routed_tokens", "mla_layer_terms",
-    "kda_layer_terms", "ffn_layer_terms", "memory_per_rank", "max_batch_by_memory", "validate_layout",
-    "step",
+    "combine_term", "allreduce_term", "hopb_exposed", "expected_active_experts", "busiest_routed_tokens",
+    "mla_layer_terms", "kda_layer_terms", "ffn_layer_terms", "memory_per_rank", "max_batch_by_memory",
+    "validate_layout", "step",
 ]
 
 # Bytes per stored value. nvfp4: 4-bit E2M1 plus one 1-byte E4M3 scale per 16 values (§10.3).
@@ -378,8 +378,8 @@ def ffn_layer_terms(m: ModelPreset, p: HardwareProfile, lay: Layout, wl: Workloa
     state), computes its experts' share, and one all-reduce sums the outputs."""
     T = wl.tokens
     if dense:
-        terms = [gemm_term(p, params=3 * m.hidden * m.dense_inter / lay.ffn_ranks, tokens=T, weight_format=wl.weight_format,
-                           name="ffn_dense")]
+        terms = [gemm_term(p, params=3 * m.hidden * m.dense_inter / lay.ffn_ranks, tokens=T,
+                           weight_format=wl.weight_format, name="ffn_dense")]
     else:
         expert = 3 * m.hidden * m.expert_inter
         local = m.n_experts // lay.ep
@@ -395,8 +395,8 @@ def ffn_layer_terms(m: ModelPreset, p: HardwareProfile, lay: Layout, wl: Workloa
         terms = [gemm_term(p, params=m.hidden * m.n_experts, tokens=T, weight_format="bf16", name="moe_router"),
                  Term("moe_experts", s, bytes_, flops, bound)]
         if m.n_shared:
-            terms.append(gemm_term(p, params=m.n_shared * expert / lay.ffn_ranks, tokens=T, weight_format=wl.weight_format,
-                                   name="moe_shared"))
+            terms.append(gemm_term(p, params=m.n_shared * expert / lay.ffn_ranks, tokens=T,
+                                   weight_format=wl.weight_format, name="moe_shared"))
     terms.append(allreduce_term(p, T * m.hidden * ACT_BYTES, lay.ffn_ranks, name="ffn_allreduce"))
     return terms
 
