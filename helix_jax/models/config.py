@@ -22,7 +22,10 @@ class MLAModelConfig:
 
     ``kv_lora_rank`` (latent ``Dl``) and ``qk_rope_head_dim`` (``Dr``) must stay 512 and 64: they are
     the cache row layout the Helix kernels and :class:`~helix_jax.cache.HelixMLACache` use.
-    ``logit_scale`` multiplies the LM-head init so that greedy text is peaked but varied.
+    ``logit_scale`` multiplies the LM-head init (sharper or flatter sampling distributions).
+    Layer ``i`` writes into the residual stream with init scale ``residual_scale * residual_decay**i``:
+    later layers refine rather than overwrite, as in a trained model, so a drafter made of the
+    first layer(s) predicts the target's next token often but not always.
     """
     vocab_size: int = 128
     hidden_size: int = 256
@@ -38,6 +41,7 @@ class MLAModelConfig:
     rms_eps: float = 1e-6
     logit_scale: float = 4.0
     residual_scale: float = 1.0
+    residual_decay: float = 0.5
 
     def __post_init__(self):
         for f in ("vocab_size", "hidden_size", "num_layers", "num_heads", "q_lora_rank",
@@ -47,7 +51,7 @@ class MLAModelConfig:
             raise ValueError(f"kv_lora_rank must be {LATENT_DIM} (the MLA cache latent width), got {self.kv_lora_rank}")
         if self.qk_rope_head_dim != ROPE_DIM:
             raise ValueError(f"qk_rope_head_dim must be {ROPE_DIM} (the MLA cache rope width), got {self.qk_rope_head_dim}")
-        for f in ("rope_theta", "rms_eps", "logit_scale", "residual_scale"):
+        for f in ("rope_theta", "rms_eps", "logit_scale", "residual_scale", "residual_decay"):
             v = getattr(self, f)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ValueError(f"{f} must be a finite positive number, got {v!r}")

@@ -63,7 +63,7 @@ class MLAAttention(nnx.Module):
     """Multi-head latent attention. Weights: ``w_uk [H, dn, 512]``, ``w_uv [H, dv, 512]`` (the two
     halves of ``kv_b_proj``), ``o_proj [H*dv, hidden]``."""
 
-    def __init__(self, cfg: MLAModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: MLAModelConfig, *, rngs: nnx.Rngs, out_scale: float = 1.0):
         d, h = cfg.hidden_size, cfg.num_heads
         dn, dr, dv, dl = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim, cfg.kv_lora_rank
         self.cfg = cfg
@@ -74,7 +74,7 @@ class MLAAttention(nnx.Module):
         self.kv_a_norm = RMSNorm(dl, eps=cfg.rms_eps)
         self.w_uk = _normal(rngs, (h, dn, dl), dl ** -0.5)
         self.w_uv = _normal(rngs, (h, dv, dl), dl ** -0.5)
-        self.o_proj = _normal(rngs, (h * dv, d), cfg.residual_scale * (h * dv) ** -0.5)
+        self.o_proj = _normal(rngs, (h * dv, d), out_scale * (h * dv) ** -0.5)
 
     def queries(self, x, positions):
         """``x [B, T, hidden]`` -> ``q_nope [B, T, H, dn]``, ``q_rope [B, T, H, 64]`` (RoPE'd)."""
@@ -129,11 +129,11 @@ class MLAAttention(nnx.Module):
 
 
 class MLP(nnx.Module):
-    def __init__(self, cfg: MLAModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: MLAModelConfig, *, rngs: nnx.Rngs, out_scale: float = 1.0):
         d, f = cfg.hidden_size, cfg.intermediate_size
         self.gate = _normal(rngs, (d, f), d ** -0.5)
         self.up = _normal(rngs, (d, f), d ** -0.5)
-        self.down = _normal(rngs, (f, d), cfg.residual_scale * f ** -0.5)
+        self.down = _normal(rngs, (f, d), out_scale * f ** -0.5)
 
     def __call__(self, x):
         g = _mm("btd,df->btf", x, self.gate[...])
@@ -142,11 +142,12 @@ class MLP(nnx.Module):
 
 
 class DecoderLayer(nnx.Module):
-    def __init__(self, cfg: MLAModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: MLAModelConfig, *, rngs: nnx.Rngs, index: int = 0):
+        scale = cfg.residual_scale * cfg.residual_decay ** index
         self.attn_norm = RMSNorm(cfg.hidden_size, eps=cfg.rms_eps)
-        self.attn = MLAAttention(cfg, rngs=rngs)
+        self.attn = MLAAttention(cfg, rngs=rngs, out_scale=scale)
         self.mlp_norm = RMSNorm(cfg.hidden_size, eps=cfg.rms_eps)
-        self.mlp = MLP(cfg, rngs=rngs)
+        self.mlp = MLP(cfg, rngs=rngs, out_scale=scale)
 
 
 class MLADecoder(nnx.Module):
@@ -155,7 +156,7 @@ class MLADecoder(nnx.Module):
     def __init__(self, cfg: MLAModelConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
         self.embed = _normal(rngs, (cfg.vocab_size, cfg.hidden_size), 1.0)
-        self.layers = nnx.List([DecoderLayer(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
+        self.layers = nnx.List([DecoderLayer(cfg, rngs=rngs, index=i) for i in range(cfg.num_layers)])
         self.final_norm = RMSNorm(cfg.hidden_size, eps=cfg.rms_eps)
         self.lm_head = _normal(rngs, (cfg.hidden_size, cfg.vocab_size),
                                cfg.logit_scale * cfg.hidden_size ** -0.5)

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from .. import quant
 from ..models.config import MLAModelConfig
 
 __all__ = ["SpecConfig", "MAX_DRAFT_LEN", "SUPPORTED_DRAFTING", "validate_spec_config",
@@ -45,9 +46,11 @@ class SpecConfig:
       overlap: overlap-scheduler mode (positions packed from the stale base, corrected on device).
       page_size, max_len: target cache layout (``max_len`` global tokens per sequence).
       implementation: per-rank MLA decode backend (``None`` = auto).
+      kv_dtype: target KV format, ``"bf16"`` (unquantized, stored in the model dtype),
+        ``"fp8_e4m3"`` or ``"nvfp4"`` (see :mod:`helix_jax.quant`; lossy, so not greedy-exact).
     """
     target: MLAModelConfig = MLAModelConfig()
-    draft: MLAModelConfig = MLAModelConfig(num_layers=2)
+    draft: MLAModelConfig = MLAModelConfig(num_layers=1)
     draft_len: int = 3
     drafting: str = "dspark"
     max_total_draft_tokens: int | None = None
@@ -57,6 +60,7 @@ class SpecConfig:
     page_size: int = 64
     max_len: int = 256
     implementation: str | None = None
+    kv_dtype: str = "bf16"
     axis_name: str = "cp"
 
     def __post_init__(self):
@@ -92,6 +96,7 @@ class SpecConfig:
         if self.draft.vocab_size != self.target.vocab_size:
             raise ValueError(f"draft.vocab_size={self.draft.vocab_size} must equal target.vocab_size="
                              f"{self.target.vocab_size} (acceptance compares token ids)")
+        quant.check_kv_dtype(self.kv_dtype)
         if self.implementation is not None and not isinstance(self.implementation, str):
             raise ValueError(f"implementation must be a backend name or None, got {self.implementation!r}")
 

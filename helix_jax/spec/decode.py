@@ -36,8 +36,9 @@ def required_max_len(prompt_len: int, *, steps: int, draft_len: int) -> int:
 
 
 def run_spec_decode(params: SpecParams, prompts, prompt_lens, *, mesh, config: SpecConfig, steps: int,
-                    seed: int = 0, progress=None, shuffle_pages: int | None = None) -> SpecRun:
-    """Prefill, then ``steps`` spec-verify steps. ``progress(n_emitted)`` is called after each step."""
+                    seed: int = 0, progress=None, on_ready=None, shuffle_pages: int | None = None) -> SpecRun:
+    """Prefill, then ``steps`` spec-verify steps. ``on_ready()`` is called once prefill and
+    compilation are done; ``progress(n_emitted)`` after each step."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise ValueError(f"steps must be an int >= 0, got {steps!r}")
     lens = np.asarray(prompt_lens)
@@ -49,6 +50,8 @@ def run_spec_decode(params: SpecParams, prompts, prompt_lens, *, mesh, config: S
     tokens = [[int(t)] for t in np.asarray(state.last_token)]
     step = compile_step(params, state, mesh=mesh, config=config)
     acc, pos = [], []
+    if on_ready is not None:
+        on_ready()
     t_start = time.perf_counter()
     for _ in range(steps):
         pos.append(np.asarray(state.packed_positions[:, 0] if config.overlap else state.lens))

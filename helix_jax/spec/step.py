@@ -22,7 +22,7 @@ from flax import nnx
 from jax.sharding import Mesh, PartitionSpec as P
 
 from .. import ledger
-from ..cache import HelixMLACache, MLAPages
+from ..cache import HelixMLACache
 from ..helix import helix_attention_local
 from ..models.config import MLAModelConfig
 from ..models.deepseek import MLADecoder
@@ -157,7 +157,7 @@ def init_spec_state(params: SpecParams, prompts, prompt_lens, *, mesh: Mesh, con
     lens_j = jnp.asarray(lens, jnp.int32)
     caches = tuple(HelixMLACache.from_global(c, k, lens_j, mesh=mesh, page_size=config.page_size,
                                              max_len=config.max_len, axis_name=config.axis_name,
-                                             shuffle_pages=shuffle_pages)
+                                             shuffle_pages=shuffle_pages, kv_dtype=config.kv_dtype)
                    for c, k in kvs)
     g = config.group_len
     b = prompts.shape[0]
@@ -196,11 +196,11 @@ def _verify_logits(target, caches, tokens, positions, *, config, cp):
         c_new, k_new = attn.latents(h, pos)
         cache = caches[i]
         out, _, pages = helix_attention_local(
-            MLAPages(cache.c_latent, cache.k_rope), cache.page_table[0], attn.absorb_query(q_nope), q_rope,
+            cache.pages, cache.page_table[0], attn.absorb_query(q_nope), q_rope,
             c_new, k_new, pos, axis_name=a, cp_size=cp, page_size=config.page_size, softmax_scale=scale,
             implementation=config.implementation)
         partial = attn.project_out(out, head_start=rank * hc)          # this head group's o_proj rows
-        return jax.lax.psum(partial, a), cache.replace(c_latent=pages.c_latent, k_rope=pages.k_rope)
+        return jax.lax.psum(partial, a), cache.with_pages(pages)
 
     logits, new_caches = target.forward_with(tokens, positions, attend)
     return logits, tuple(new_caches)
@@ -274,10 +274,11 @@ def _check_state(state, mesh, config, cp):
         raise ValueError(f"state has {len(state.caches)} layer caches but config.target.num_layers="
                          f"{config.target.num_layers}")
     c0 = state.caches[0]
-    if c0.mesh != mesh or c0.page_size != config.page_size or c0.axis_name != config.axis_name:
+    if (c0.mesh != mesh or c0.page_size != config.page_size or c0.axis_name != config.axis_name
+            or c0.kv_dtype != config.kv_dtype):
         raise ValueError(f"state caches were built for mesh {dict(c0.mesh.shape)}, page_size={c0.page_size}, "
-                         f"axis {c0.axis_name!r}; the step got mesh {dict(mesh.shape)}, page_size="
-                         f"{config.page_size}, axis {config.axis_name!r}")
+                         f"axis {c0.axis_name!r}, kv_dtype {c0.kv_dtype!r}; the step got mesh {dict(mesh.shape)}, "
+                         f"page_size={config.page_size}, axis {config.axis_name!r}, kv_dtype {config.kv_dtype!r}")
     if state.drafts.shape[1] != config.draft_len:
         raise ValueError(f"state drafts have length {state.drafts.shape[1]} but config.draft_len={config.draft_len}")
 
@@ -292,6 +293,7 @@ def spec_verify_step(params: SpecParams, state: SpecState, *, mesh: Mesh, config
     """
     cp = _cp(mesh, config)
     validate_spec_config(config, cp_size=cp)
+    _check_params(params, config)
     _check_state(state, mesh, config, cp)
     return _step_jit(params, state, mesh=mesh, config=config)
 
