@@ -67,11 +67,13 @@ def _classify(name: str) -> str:
         return "combine"
     if "nccl" in n or "all_to_all" in n or "alltoall" in n:
         return "a2a"
+    if "mla_" in n:
+        return "decode"
     return "other"
 
 
-def kernel_time(f, *args, devices: int, reps: int):
-    """Per-device kernel ms per call (median over reps) and its breakdown by kernel class."""
+def kernel_time(f, *args, devices: int, reps: int, per: int = 1):
+    """Per-device kernel ms per call / ``per`` (median over reps) and its breakdown by kernel class."""
     if not _on_gpu():
         return None, {}
     from jax.experimental.mosaic.gpu.profiler import measure
@@ -80,23 +82,28 @@ def kernel_time(f, *args, devices: int, reps: int):
     for _ in range(reps):
         _, ks = measure(f, aggregate=False)(*args)
         ks = ks or []
-        totals.append(sum(t for _, t in ks) / devices)
+        totals.append(sum(t for _, t in ks) / devices / per)
         b = {}
         for name, t in ks:
-            b[_classify(name)] = b.get(_classify(name), 0.0) + t / devices
+            b[_classify(name)] = b.get(_classify(name), 0.0) + t / devices / per
         parts.append(b)
     i = int(np.argsort(totals)[len(totals) // 2])
     return statistics.median(totals), parts[i]
 
 
-def wall_time(f, *args, n: int):
-    """Wall-clock ms per call of back-to-back dispatches (includes launch gaps and host work)."""
+def wall_time(f, *args, n: int, per: int = 1):
+    """Wall-clock ms per call / ``per`` of back-to-back dispatches (includes launch gaps, host work)."""
     jax.block_until_ready(f(*args))
     t = time.perf_counter()
     for _ in range(n):
         r = f(*args)
     jax.block_until_ready(r)
-    return (time.perf_counter() - t) / n * 1e3
+    return (time.perf_counter() - t) / n / per * 1e3
+
+
+def _dep(x, like):
+    """A zero that XLA cannot fold (NaN-preserving) from one element of ``x``, to chain iterations."""
+    return jnp.minimum(jnp.abs(x.reshape(-1)[0].astype(jnp.float32)), 0.0).astype(like.dtype)
 
 
 # ------------------------------------------------------------------------------------------ inputs
@@ -108,25 +115,38 @@ def _sharded(mesh, shape, dtype, key, spec):
     return jax.jit(gen, out_shardings=NamedSharding(mesh, spec))()
 
 
-def exchange_fn(mesh, variant):
+def exchange_fn(mesh, variant, chain: int):
+    """``chain`` back-to-back exchanges in one program, each one's LSE input depending on the last
+    one's output (steady state: the first all-to-all absorbs the devices' launch skew). Every
+    output is returned so no part of any exchange can be dead code."""
     cp = int(mesh.shape["cp"])
 
-    def body(o, l, m):
-        o, l, m = o[0], l[0], m[0]                               # [B, G, H, D], [B, G, H], [B, G]
+    def one(o, l, m):
         if variant == "unpacked":
             return exchange_and_combine_unpacked(o, l, m, axis_name="cp", cp_size=cp)
         impl = "ffi" if variant == "ffi" else "reference"
         return exchange_and_combine(o, l, m, axis_name="cp", cp_size=cp, implementation=impl)
 
-    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("cp"),) * 3,
-                                 out_specs=(P(None, None, "cp"), P(None, None, "cp")), check_vma=False))
+    def body(o, l, m):
+        o, l, m = o[0], l[0], m[0]                               # [B, G, H, D], [B, G, H], [B, G]
+        outs = []
+        for _ in range(chain):
+            out, lo = one(o, l, m)
+            outs.append((out, lo))
+            l = l + _dep(lo, l)
+        return outs
+
+    spec = (P(None, None, "cp"), P(None, None, "cp"))
+    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("cp"),) * 3, out_specs=[spec] * chain,
+                                 check_vma=False))
 
 
-def step_fn(mesh, *, page_size, softmax_scale, decode_impl, exchange_impl):
-    """The per-rank Helix step without the append: metadata -> bounded decode -> exchange."""
+def step_fn(mesh, *, page_size, softmax_scale, decode_impl, exchange_impl, chain: int):
+    """``chain`` per-rank Helix steps without the append (metadata -> bounded decode -> exchange),
+    chained through the queries so they run back to back."""
     cp = int(mesh.shape["cp"])
 
-    def body(c, k, table, ql, qr, pos):
+    def one(c, k, table, ql, qr, pos):
         rank = jax.lax.axis_index("cp")
         meta = ledger.verify_metadata(pos, rank, page_size=page_size, cp_size=cp)
         o, lse = mla_decode(ql, qr, (c, k), table[0], kv_bounds=meta.kv_bounds, softmax_scale=softmax_scale,
@@ -134,8 +154,17 @@ def step_fn(mesh, *, page_size, softmax_scale, decode_impl, exchange_impl):
         return exchange_and_combine(o, lse, meta.kv_bounds == 0, axis_name="cp", cp_size=cp,
                                     implementation=exchange_impl)
 
+    def body(c, k, table, ql, qr, pos):
+        outs = []
+        for _ in range(chain):
+            out, lo = one(c, k, table, ql, qr, pos)
+            outs.append((out, lo))
+            qr = qr + _dep(lo, qr)
+        return outs
+
+    spec = (P(None, None, "cp"), P(None, None, "cp"))
     return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("cp"), P("cp"), P("cp"), P(), P(), P()),
-                                 out_specs=(P(None, None, "cp"), P(None, None, "cp")), check_vma=False))
+                                 out_specs=[spec] * chain, check_vma=False))
 
 
 def step_inputs(mesh, b, g, h, seq_len, page_size, dtype, seed):
@@ -166,7 +195,7 @@ def decode_backend():
 
 
 # -------------------------------------------------------------------------------------- benchmark
-def bench_exchange(mesh, t_tokens, h, dtype, reps, wall_n, variants):
+def bench_exchange(mesh, t_tokens, h, dtype, reps, wall_n, variants, chain):
     cp = int(mesh.shape["cp"])
     b, g = GROUP_FOR_T[t_tokens]
     o = _sharded(mesh, (cp, b, g, h, D), dtype, 11, P("cp"))
@@ -174,9 +203,9 @@ def bench_exchange(mesh, t_tokens, h, dtype, reps, wall_n, variants):
     mask = jax.device_put(np.zeros((cp, b, g), bool), NamedSharding(mesh, P("cp")))
     res = {}
     for v in variants:
-        f = exchange_fn(mesh, v)
-        ms, parts = kernel_time(f, o, lse, mask, devices=cp, reps=reps)
-        res[v] = {"kernel_ms": ms, "parts_ms": parts, "wall_ms": wall_time(f, o, lse, mask, n=wall_n)}
+        f = exchange_fn(mesh, v, chain)
+        ms, parts = kernel_time(f, o, lse, mask, devices=cp, reps=reps, per=chain)
+        res[v] = {"kernel_ms": ms, "parts_ms": parts, "wall_ms": wall_time(f, o, lse, mask, n=wall_n, per=chain)}
     itemsize = jnp.dtype(dtype).itemsize
     payload = t_tokens * h * (D + 16 // itemsize) * itemsize          # bytes per rank
     return res, payload
@@ -227,6 +256,11 @@ def main(argv=None):
     ap.add_argument("--page-size", type=int, default=64)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--wall-n", type=int, default=10)
+    ap.add_argument("--chain", type=int, default=16, help="exchanges chained per timed program")
+    ap.add_argument("--step-chain", type=int, default=3, help="steps chained per timed program")
+    ap.add_argument("--decode", default=None, help="decode backend (default: ffi, else pallas, else reference)")
+    ap.add_argument("--exchange-only", action="store_true", help="only the exchange variants (no decode/step)")
+    ap.add_argument("--label", default="", help="suffix of the result files, e.g. memcpy for an XLA-flag variant")
     ap.add_argument("--check", action="store_true", help="also check cp vs cp=1 vs float64 (ffi backends)")
     ap.add_argument("--out", default=str(pathlib.Path(__file__).parent / "results"))
     a = ap.parse_args(argv)
@@ -235,7 +269,7 @@ def main(argv=None):
     seq_len = a.seq_len or (65536 if gpu else 1024)
     dtype = jnp.bfloat16
     scale = 1 / math.sqrt(192.0)
-    dec = decode_backend()
+    dec = a.decode or decode_backend()
     exch = ex.resolve(None)
     variants = ("ffi", "packed", "unpacked") if ex.api._backend_module("ffi").availability(jax.default_backend())[0] \
         else ("packed", "unpacked")
@@ -246,7 +280,7 @@ def main(argv=None):
     records, extra = [], {}
     for t in tokens:
         b, g = GROUP_FOR_T[t]
-        res, payload = bench_exchange(mesh_cp, t, a.heads, dtype, a.reps, a.wall_n, variants)
+        res, payload = bench_exchange(mesh_cp, t, a.heads, dtype, a.reps, a.wall_n, variants, a.chain)
         main_v = "ffi" if "ffi" in res else "packed"
         ex_ms = res[main_v]["kernel_ms"] if gpu else res[main_v]["wall_ms"]
         parts = res[main_v]["parts_ms"]
@@ -255,22 +289,35 @@ def main(argv=None):
         comb_bytes = a.cp * payload + t * a.heads // a.cp * (D * 2 + 4)
         comb_gbs = comb_bytes / (parts["combine"] * 1e-3) / 1e9 if parts.get("combine") else None
         same_copy = copy_ms(comb_bytes, a.reps) if gpu else None
+        print(f"T={t:4d} (B={b}, G={g}) cp={a.cp}: exchange {ex_ms:.4f} ms/layer [{main_v}; "
+              + ", ".join(f"{v} {res[v]['kernel_ms'] if gpu else res[v]['wall_ms']:.4f}" for v in res)
+              + "; wall " + ", ".join(f"{v} {res[v]['wall_ms']:.4f}" for v in res)
+              + f"]  parts {({k: round(v, 4) for k, v in parts.items()})}  a2a "
+              + (f"{a2a_gbs:.0f} GB/s ({a2a_gbs / NVLINK_GB_S:.0%} of link)" if a2a_gbs else "n/a")
+              + f"  combine {comb_gbs or 0:.0f} GB/s (same-size copy {same_copy or 0:.4f} ms)", flush=True)
         steps = {}
-        for c, mesh in ((a.cp, mesh_cp), (1, mesh_1)):
+        for c, mesh in ((a.cp, mesh_cp), (1, mesh_1)) if not a.exchange_only else ():
             try:
                 args = step_inputs(mesh, b, g, a.heads, seq_len, a.page_size, dtype, seed=100 + t)
-                f = step_fn(mesh, page_size=a.page_size, softmax_scale=scale, decode_impl=dec, exchange_impl=exch)
-                k_ms, k_parts = kernel_time(f, *args, devices=c, reps=a.reps)
-                steps[c] = {"kernel_ms": k_ms, "parts_ms": k_parts, "wall_ms": wall_time(f, *args, n=a.wall_n)}
+                f = step_fn(mesh, page_size=a.page_size, softmax_scale=scale, decode_impl=dec, exchange_impl=exch,
+                            chain=a.step_chain)
+                k_ms, k_parts = kernel_time(f, *args, devices=c, reps=a.reps, per=a.step_chain)
+                steps[c] = {"kernel_ms": k_ms, "parts_ms": k_parts,
+                            "wall_ms": wall_time(f, *args, n=a.wall_n, per=a.step_chain)}
                 del args
             except Exception as e:  # noqa: BLE001 - record and go on: one failing size must not lose the rest
                 print(f"  step cp={c} T={t} failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
                 steps[c] = {"kernel_ms": None, "parts_ms": {}, "wall_ms": None, "error": f"{type(e).__name__}: {e}"[:500]}
+        none = {"kernel_ms": None, "parts_ms": {}, "wall_ms": None}
+        steps.setdefault(a.cp, none)
+        steps.setdefault(1, none)
         st = steps[a.cp]["kernel_ms"] if gpu else steps[a.cp]["wall_ms"]
         st1 = steps[1]["kernel_ms"] if gpu else steps[1]["wall_ms"]
         ex1 = sum(v for k, v in steps[1]["parts_ms"].items() if k in ("pack", "combine")) if gpu and st1 else None
+        in_step = sum(v for k, v in steps[a.cp]["parts_ms"].items() if k in ("pack", "a2a", "combine")) if st else None
         records.append({"cp": a.cp, "T": t, "H": a.heads, "L": seq_len, "exchange_ms": ex_ms, "step_ms": st,
-                        "exchange_share": ex_ms / st if st else None, "decode_backend": dec, "a2a_gb_per_s": a2a_gbs,
+                        "exchange_share": ex_ms / st if st else None, "decode_backend": dec,
+                        "exchange_in_step_ms": in_step, "exchange_share_in_step": (in_step / st) if st and in_step else None, "a2a_gb_per_s": a2a_gbs,
                         "B": b, "G": g, "exchange_variant": main_v,
                         "exchange_variants": res, "step_parts_ms": steps[a.cp]["parts_ms"],
                         "step_wall_ms": steps[a.cp]["wall_ms"], "a2a_link_fraction": (a2a_gbs / NVLINK_GB_S) if a2a_gbs else None,
@@ -284,14 +331,12 @@ def main(argv=None):
                         "errors": {c: v["error"] for c, v in steps.items() if "error" in v} or None})
         r = records[-2]
         if st is None or st1 is None:
-            print(f"T={t}: exchange {ex_ms} ms, step unavailable", flush=True)
+            print(f"  step unavailable (cp={a.cp}: {st}, cp=1: {st1})", flush=True)
             continue
-        print(f"T={t:4d} (B={b}, G={g}) cp={a.cp}: exchange {ex_ms:.4f} ms [{main_v}; "
-              + ", ".join(f"{v} {res[v]['kernel_ms'] if gpu else res[v]['wall_ms']:.4f}" for v in res)
-              + f"]  parts {({k: round(v, 4) for k, v in parts.items()})}  a2a "
-              + (f"{a2a_gbs:.0f} GB/s ({a2a_gbs / NVLINK_GB_S:.0%} of link)" if a2a_gbs else "n/a")
-              + f"  step {st:.3f} ms (share {r['exchange_share']:.1%})  cp=1 step {st1:.3f} ms"
-              + f"  combine {comb_gbs or 0:.0f} GB/s", flush=True)
+        print(f"  step cp={a.cp} {st:.4f} ms/layer {({k: round(v, 4) for k, v in steps[a.cp]['parts_ms'].items()})} "
+              f"share {r['exchange_share']:.1%} (in-step exchange kernels {r['exchange_share_in_step'] or 0:.1%}); "
+              f"cp=1 {st1:.4f} ms/layer {({k: round(v, 4) for k, v in steps[1]['parts_ms'].items()})}; "
+              f"cp=1/cp={a.cp} {st1 / st:.2f}x", flush=True)
     if a.check:
         try:
             extra["check"] = correctness_check(a.cp, a.heads, dtype)
@@ -306,9 +351,12 @@ def main(argv=None):
            "records": records, **extra}
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"exchange_{date}.json").write_text(json.dumps(doc, indent=1))
-    (out / f"exchange_{date}.md").write_text(markdown(doc))
-    print(f"wrote {out}/exchange_{date}.json and .md")
+    stem = f"exchange_{a.label + '_' if a.label else ''}{date}"
+    doc["label"] = a.label
+    doc["xla_flags"] = os.environ.get("XLA_FLAGS", "")
+    (out / f"{stem}.json").write_text(json.dumps(doc, indent=1))
+    (out / f"{stem}.md").write_text(markdown(doc))
+    print(f"wrote {out}/{stem}.json and .md")
 
 
 def _f(x, fmt="{:.4f}"):
