@@ -259,6 +259,7 @@ def main(argv=None):
     ap.add_argument("--chain", type=int, default=16, help="exchanges chained per timed program")
     ap.add_argument("--step-chain", type=int, default=3, help="steps chained per timed program")
     ap.add_argument("--decode", default=None, help="decode backend (default: ffi, else pallas, else reference)")
+    ap.add_argument("--variants", default=None, help="comma list of ffi,packed,unpacked (default: all available)")
     ap.add_argument("--exchange-only", action="store_true", help="only the exchange variants (no decode/step)")
     ap.add_argument("--label", default="", help="suffix of the result files, e.g. memcpy for an XLA-flag variant")
     ap.add_argument("--check", action="store_true", help="also check cp vs cp=1 vs float64 (ffi backends)")
@@ -273,6 +274,8 @@ def main(argv=None):
     exch = ex.resolve(None)
     variants = ("ffi", "packed", "unpacked") if ex.api._backend_module("ffi").availability(jax.default_backend())[0] \
         else ("packed", "unpacked")
+    if a.variants:
+        variants = tuple(v for v in a.variants.split(",") if v in variants)
     devs = jax.devices()
     print(f"devices: {len(devs)} x {devs[0].device_kind}; decode backend {dec}; exchange backend {exch}", flush=True)
     mesh_cp, mesh_1 = make_cp_mesh(a.cp), make_cp_mesh(1)
