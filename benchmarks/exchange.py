@@ -124,6 +124,13 @@ def exchange_fn(mesh, variant, chain: int):
     def one(o, l, m):
         if variant == "unpacked":
             return exchange_and_combine_unpacked(o, l, m, axis_name="cp", cp_size=cp)
+        if variant == "ffi_a2a":                                  # experimental fused pack + NCCL a2a
+            from helix_jax.ops.exchange import ffi as exffi
+            b, g, h, d = o.shape
+            recv = exffi.sanitize_pack_all_to_all(o.reshape(b * g, h, d), l.reshape(b * g, h), m.reshape(b * g),
+                                                  cp_size=cp)
+            out, lo = exffi.combine(recv, dtype=o.dtype)
+            return out.reshape(b, g, h // cp, d), lo.reshape(b, g, h // cp)
         impl = "ffi" if variant == "ffi" else "reference"
         return exchange_and_combine(o, l, m, axis_name="cp", cp_size=cp, implementation=impl)
 
@@ -201,11 +208,23 @@ def bench_exchange(mesh, t_tokens, h, dtype, reps, wall_n, variants, chain):
     o = _sharded(mesh, (cp, b, g, h, D), dtype, 11, P("cp"))
     lse = _sharded(mesh, (cp, b, g, h), jnp.float32, 12, P("cp"))
     mask = jax.device_put(np.zeros((cp, b, g), bool), NamedSharding(mesh, P("cp")))
-    res = {}
+    mask = mask.at[:, 0, 0].set(True)                           # one zero-KV token per rank
+    res, first = {}, None
     for v in variants:
-        f = exchange_fn(mesh, v, chain)
-        ms, parts = kernel_time(f, o, lse, mask, devices=cp, reps=reps, per=chain)
-        res[v] = {"kernel_ms": ms, "parts_ms": parts, "wall_ms": wall_time(f, o, lse, mask, n=wall_n, per=chain)}
+        try:
+            f = exchange_fn(mesh, v, chain)
+            out = np.asarray(f(o, lse, mask)[-1][0].astype(jnp.float32))
+            ms, parts = kernel_time(f, o, lse, mask, devices=cp, reps=reps, per=chain)
+            res[v] = {"kernel_ms": ms, "parts_ms": parts, "wall_ms": wall_time(f, o, lse, mask, n=wall_n, per=chain)}
+        except Exception as e:  # noqa: BLE001 - an experimental variant must not lose the others
+            print(f"  exchange variant {v} T={t_tokens} failed: {type(e).__name__}: {str(e)[:400]}", flush=True)
+            res[v] = {"kernel_ms": None, "parts_ms": {}, "wall_ms": None, "error": f"{type(e).__name__}: {e}"[:600]}
+            continue
+        if first is None:
+            first = (v, out)
+        else:                                                     # every variant computes the same thing
+            res[v][f"max_abs_diff_vs_{first[0]}"] = float(np.nanmax(np.abs(out - first[1])))
+        res[v]["finite"] = bool(np.isfinite(out).all())
     itemsize = jnp.dtype(dtype).itemsize
     payload = t_tokens * h * (D + 16 // itemsize) * itemsize          # bytes per rank
     return res, payload
@@ -275,7 +294,7 @@ def main(argv=None):
     variants = ("ffi", "packed", "unpacked") if ex.api._backend_module("ffi").availability(jax.default_backend())[0] \
         else ("packed", "unpacked")
     if a.variants:
-        variants = tuple(v for v in a.variants.split(",") if v in variants)
+        variants = tuple(v for v in a.variants.split(",") if v in variants + ("ffi_a2a",))
     devs = jax.devices()
     print(f"devices: {len(devs)} x {devs[0].device_kind}; decode backend {dec}; exchange backend {exch}", flush=True)
     mesh_cp, mesh_1 = make_cp_mesh(a.cp), make_cp_mesh(1)
@@ -284,7 +303,11 @@ def main(argv=None):
     for t in tokens:
         b, g = GROUP_FOR_T[t]
         res, payload = bench_exchange(mesh_cp, t, a.heads, dtype, a.reps, a.wall_n, variants, a.chain)
-        main_v = "ffi" if "ffi" in res else "packed"
+        main_v = next((v for v in ("ffi", "packed", "ffi_a2a", "unpacked") if res.get(v, {}).get("kernel_ms")
+                       or res.get(v, {}).get("wall_ms")), None)
+        if main_v is None:
+            print(f"T={t}: no exchange variant ran", flush=True)
+            continue
         ex_ms = res[main_v]["kernel_ms"] if gpu else res[main_v]["wall_ms"]
         parts = res[main_v]["parts_ms"]
         sent = payload * (a.cp - 1) / a.cp
@@ -293,8 +316,8 @@ def main(argv=None):
         comb_gbs = comb_bytes / (parts["combine"] * 1e-3) / 1e9 if parts.get("combine") else None
         same_copy = copy_ms(comb_bytes, a.reps) if gpu else None
         print(f"T={t:4d} (B={b}, G={g}) cp={a.cp}: exchange {ex_ms:.4f} ms/layer [{main_v}; "
-              + ", ".join(f"{v} {res[v]['kernel_ms'] if gpu else res[v]['wall_ms']:.4f}" for v in res)
-              + "; wall " + ", ".join(f"{v} {res[v]['wall_ms']:.4f}" for v in res)
+              + ", ".join(f"{v} {_f(res[v]['kernel_ms'] if gpu else res[v]['wall_ms'])}" for v in res)
+              + "; wall " + ", ".join(f"{v} {_f(res[v]['wall_ms'])}" for v in res)
               + f"]  parts {({k: round(v, 4) for k, v in parts.items()})}  a2a "
               + (f"{a2a_gbs:.0f} GB/s ({a2a_gbs / NVLINK_GB_S:.0%} of link)" if a2a_gbs else "n/a")
               + f"  combine {comb_gbs or 0:.0f} GB/s (same-size copy {same_copy or 0:.4f} ms)", flush=True)
