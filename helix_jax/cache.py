@@ -18,6 +18,7 @@ scales) is paged like the pools; per-tensor scalars are stored once per rank (``
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import NamedTuple
 
 import jax
@@ -329,10 +330,7 @@ class HelixMLACache:
         leaves = [lat, rope]
         if kv_dtype != "bf16":
             scale = kv_scale if kv_scale is not None else _derive_scale(kv_dtype, c_latent, k_rope, lens)
-            rank_scale = jnp.full((cp,), scale, jnp.float32)
-            proto = FP8Pages if kv_dtype == "fp8_e4m3" else NVFP4Pages
-            fields = _quantize_rows(proto(lat, rope, *[rank_scale[:1]] * (len(proto._fields) - 2)), lat, rope)
-            leaves = [fields[f] for f in proto._fields[:-1]] + [rank_scale]
+            leaves = list(_quantize_pools(kv_dtype, lat, rope, jnp.float32(scale), cp))
         shard = NamedSharding(mesh, P(axis_name))
         leaves = [jax.device_put(x, shard) for x in leaves]
         return cls(c_latent=leaves[0], k_rope=leaves[1],
@@ -360,22 +358,40 @@ class HelixMLACache:
         if raw or self.kv_dtype == "bf16":
             return got if raw else (got.c_latent, got.k_rope)
         local = type(pages)(*[x if x.ndim > 1 else x[:1] for x in got])  # one per-tensor value
-        lat, rope = dequantize_pages(local)
+        lat, rope = _dequantize_jit(local)
         return np.asarray(lat), np.asarray(rope)
+
+
+_dequantize_jit = jax.jit(dequantize_pages)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 4))
+def _quantize_pools(kv_dtype, lat, rope, scale, cp):
+    """Quantized leaves (pages field order) of float pools ``[cp*N, P, .]`` with one per-tensor scale."""
+    rank_scale = jnp.full((cp,), scale, jnp.float32)
+    proto = FP8Pages if kv_dtype == "fp8_e4m3" else NVFP4Pages
+    fields = _quantize_rows(proto(lat, rope, *[rank_scale[:1]] * (len(proto._fields) - 2)), lat, rope)
+    return tuple(fields[f] for f in proto._fields[:-1]) + (rank_scale,)
+
+
+@jax.jit
+def _valid_amax(c_latent, k_rope, lens):
+    valid = (jnp.arange(c_latent.shape[1])[None, :] < lens[:, None])[..., None]
+    return jnp.maximum(jnp.max(jnp.where(valid, jnp.abs(c_latent.astype(jnp.float32)), 0), initial=0.0),
+                       jnp.max(jnp.where(valid, jnp.abs(k_rope.astype(jnp.float32)), 0), initial=0.0))
 
 
 def _derive_scale(kv_dtype, c_latent, k_rope, lens):
     """Per-tensor scale from ``amax`` over the valid rows (positions ``< lens``)."""
-    valid = (jnp.arange(c_latent.shape[1])[None, :] < lens[:, None])[..., None]
-    amax = jnp.maximum(jnp.max(jnp.where(valid, jnp.abs(c_latent.astype(jnp.float32)), 0), initial=0.0),
-                       jnp.max(jnp.where(valid, jnp.abs(k_rope.astype(jnp.float32)), 0), initial=0.0))
-    if not bool(jnp.isfinite(amax)):
+    amax = float(_valid_amax(c_latent, k_rope, lens))
+    if not np.isfinite(amax):
         raise ValueError("c_latent/k_rope contain non-finite values: cannot derive a kv_scale")
     if kv_dtype == "fp8_e4m3":
         return quant.fp8_scale_from_amax(amax)
     return quant.nvfp4_global_scale_from_amax(amax)
 
 
+@functools.partial(jax.jit, static_argnames=("page_size", "cp", "num_pages"))  # one compile, not one per op
 def _distribute(c_latent, k_rope, lens, tables, *, page_size, cp, num_pages):
     b, length = c_latent.shape[:2]
     npp = tables.shape[2]

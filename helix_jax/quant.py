@@ -3,10 +3,13 @@
 Every function here is jit-able; conversions use the ``ml_dtypes`` types that jax exposes
 (``jnp.float8_e4m3fn``, ``jnp.float4_e2m1fn``), i.e. round-to-nearest-even. Values are clipped to the
 format's largest finite value *before* the cast, so out-of-range inputs saturate (E4M3 ``fn`` has no
-infinity and XLA's cast would turn them into NaN). Arithmetic is float32 throughout.
+infinity and XLA's cast would turn them into NaN). Arithmetic is float32 throughout, and every
+division by a scale is written as a multiplication by its float32 reciprocal (``fl32(1/s)``): that
+is what XLA emits for a division by a broadcast anyway, and what a kernel does, so the formulas
+below are bit-exact specifications.
 
 FP8 E4M3, per-tensor scale (§10.2)
-  ``q = RNE_e4m3(clip(fl32(x * scale), -448, 448))``; ``x ≈ q / scale``. One float32 ``scale``
+  ``q = RNE_e4m3(clip(fl32(x * scale), -448, 448))``; ``x ≈ fl32(q * fl32(1 / scale))``. One float32 ``scale``
   (orig -> quant, TRT-LLM's ``kv_scale_orig_quant``) covers the whole 576-value row
   ``[latent 512 | rope 64]``. Derived from data: ``scale = 448 / amax(|x|)``.
 
@@ -17,8 +20,8 @@ NVFP4 (§10.3)
   ``NVFP4_KV_GLOBAL_SCALE = 2688 / 30 = 89.6``.
 
     sf   = RNE_e4m3(clip(fl32(amax(|block|) * global_scale) / 6, 0, 448))
-    e    = RNE_e2m1(clip(fl32(fl32(x * global_scale) / sf), -6, 6))      (0 where sf == 0)
-    x   ≈ fl32(e * sf) / global_scale                                     (e * sf is exact in f32)
+    e    = RNE_e2m1(clip(fl32(fl32(x * global_scale) * fl32(1 / sf)), -6, 6))  (0 where sf == 0)
+    x   ≈ fl32(e * sf) * fl32(1 / global_scale)                  (e * sf is exact in f32)
 
   Storage: elements are **packed two per byte in uint8** — element ``2k`` in the low nibble and
   ``2k+1`` in the high nibble of byte ``k`` (the order of CUDA's ``__nv_fp4x2_e2m1``) — with the
@@ -78,8 +81,9 @@ def quantize_fp8(x, scale):
 
 
 def dequantize_fp8(q, scale, dtype=jnp.float32):
-    """E4M3 ``q [...]`` -> ``q / scale`` in ``dtype`` (computed in float32)."""
-    return (q.astype(jnp.float32) / _scalar(scale, "scale")).astype(dtype)
+    """E4M3 ``q [...]`` -> ``q * fl32(1/scale)`` in ``dtype`` (computed in float32)."""
+    inv = jnp.float32(1.0) / _scalar(scale, "scale")
+    return (q.astype(jnp.float32) * inv).astype(dtype)
 
 
 # -- FP4 E2M1 codes and packing -----------------------------------------------------------------
@@ -141,7 +145,8 @@ def quantize_nvfp4(x, global_scale):
     xb = _blocks(x)
     sf = nvfp4_block_scales(x, g)
     sf32 = sf.astype(jnp.float32)[..., None]
-    y = jnp.where(sf32 > 0, (xb * g) / jnp.where(sf32 > 0, sf32, 1.0), 0.0)
+    inv_sf = jnp.float32(1.0) / jnp.where(sf32 > 0, sf32, 1.0)
+    y = jnp.where(sf32 > 0, (xb * g) * inv_sf, 0.0)
     codes = fp4_codes(y).reshape(jnp.shape(x))
     return pack_fp4(codes), sf
 
@@ -155,7 +160,7 @@ def dequantize_nvfp4(packed, block_scales, global_scale, dtype=jnp.float32):
     if sf.shape[-1] * NVFP4_BLOCK != d:
         raise ValueError(f"NVFP4: {sf.shape[-1]} block scales do not cover {d} values")
     eb = e.reshape(e.shape[:-1] + (d // NVFP4_BLOCK, NVFP4_BLOCK))
-    return ((eb * sf[..., None]) / g).reshape(e.shape).astype(dtype)
+    return ((eb * sf[..., None]) * (jnp.float32(1.0) / g)).reshape(e.shape).astype(dtype)
 
 
 # -- sizes ------------------------------------------------------------------------------------

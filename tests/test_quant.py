@@ -54,9 +54,9 @@ def np_nvfp4(x, g):
     amax = np.abs(xb).max(-1)
     sf = F32(rne(np.minimum((amax * g) / F32(6), F32(448)), E4M3))
     with np.errstate(divide="ignore", invalid="ignore"):
-        y = np.where(sf[..., None] > 0, (xb * g) / sf[..., None], F32(0))
+        y = np.where(sf[..., None] > 0, (xb * g) * (F32(1) / sf[..., None]), F32(0))
     e = F32(rne(y, E2M1))
-    deq = ((e * sf[..., None]) / g).reshape(x.shape)
+    deq = ((e * sf[..., None]) * (F32(1) / g)).reshape(x.shape)
     return deq, sf
 
 
@@ -88,6 +88,7 @@ def test_fp8_matches_rne_oracle_and_error_bound(x, scale):
     q, deq = map(np.asarray, lib_fp8(x, F32(scale)))
     want = np_fp8(x, scale)
     np.testing.assert_array_equal(q, want)
+    np.testing.assert_array_equal(deq, F32(want) * (F32(1) / F32(scale)))
     np.testing.assert_array_equal(np.signbit(q[q == 0]), np.signbit(want[want == 0]))
     xs = F32(x) * F32(scale)
     inside = np.abs(xs) <= 448
