@@ -12,9 +12,27 @@ if ! python3 -c "import ctypes; ctypes.CDLL('helix_jax/_lib/libhelix_jax_ffi_cud
 fi
 while [ $# -gt 0 ]; do
   case "$1" in
+    standalone) shift
+      # Kernel variants vs a CPU double reference, timings, and the sanitizers without JAX in the process.
+      bin=.carry/mla_standalone
+      if ! [ -x "$bin" ] || ! "$bin" small > /dev/null 2>&1; then
+        bin=/tmp/mla_standalone
+        nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --use_fast_math -diag-suppress 940,2473 -Xcompiler -Wno-return-type \
+          -I"$(python3 -c 'import jax.ffi; print(jax.ffi.include_dir())')" -Iffi/src benchmarks/mla_decode_standalone.cu -o $bin
+      fi
+      timeout 120 $bin 2>&1 | tee "$OUT/standalone.log"
+      mask=$(sed -n 's/.*variants passing: mask=\([0-9]*\).*/\1/p' "$OUT/standalone.log")
+      if (( (mask & 2) )); then export HELIX_MLA_DECODE_KERNEL=wgmma
+      elif (( (mask & 4) )); then export HELIX_MLA_DECODE_KERNEL=wgmma_alt
+      else export HELIX_MLA_DECODE_KERNEL=mma; fi
+      echo "== kernel variant for the rest of this run: $HELIX_MLA_DECODE_KERNEL"
+      for tool in memcheck racecheck synccheck; do
+        timeout 120 compute-sanitizer --tool $tool $bin small > "$OUT/standalone_$tool.log" 2>&1
+        echo "== standalone $tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Error|PASS|FAIL" "$OUT/standalone_$tool.log" | head -8
+      done ;;
     tests) shift; timeout 240 python3 -m pytest -m gpu -q -rA tests/test_mla_decode_contract.py 2>&1 | tail -25 | tee "$OUT/gpu_tests.log" ;;
     sanitize) shift
-      for tool in memcheck racecheck; do
+      for tool in memcheck; do  # racecheck crashes (SIGSEGV) inside the JAX process: see the standalone step
         # Only our kernels are instrumented (kns = kernel-name substring); XLA's own kernels run unchecked.
         XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout 150 compute-sanitizer --tool $tool --kernel-name kns=mla_ \
           python3 benchmarks/mla_decode_sanitize.py > "$OUT/$tool.log" 2>&1

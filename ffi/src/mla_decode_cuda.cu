@@ -19,10 +19,13 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 
 #include "mla_decode_common.h"
+#include "mla_decode_wgmma.h"
 
 namespace helix_ffi {
 namespace {
@@ -31,7 +34,7 @@ constexpr int kDl = 512, kDr = 64, kD = kDl + kDr;
 constexpr int kRowsTile = 64, kTokTile = 64, kThreads = 256;
 constexpr int kChunks = kD / 8;                       // 16-byte chunks per 576-wide row
 constexpr int kTileElems = kRowsTile * kD;            // one Q or KV tile, elements
-constexpr int kSmemBytes = 3 * kTileElems * 2 + kRowsTile * kTokTile * 2 + 2 * kRowsTile * 4;
+constexpr int kSmemBytes = 3 * kTileElems * 2 + kRowsTile * kTokTile * 2 + 2 * kRowsTile * 4 + 1024;  // +1 KB to align to 1024
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kSegOverhead = 1;                       // cost of starting a segment, in KV tiles
@@ -131,9 +134,46 @@ __device__ __forceinline__ uint32_t Pack2(float lo, float hi) {
   }
 }
 
-// Element offset of 16-byte chunk `ch` of row `row` in a tile with `chunks` chunks per row; the XOR
-// swizzle keeps ldmatrix's 8 rows at one chunk index on 8 distinct bank groups.
-__device__ __forceinline__ int Swz(int row, int ch, int chunks) { return row * chunks * 8 + ((ch ^ (row & 7)) << 3); }
+// Shared-memory tile layout = wgmma's K-major 128-byte-swizzle canonical layout: a 64-row x 576 tile is
+// 9 column blocks of [64 rows x 64 elements] (8 KB each); in a block, row r is 128 bytes at r*128 and its
+// 16-byte chunk c sits at chunk c ^ (r & 7). The same bytes read as an N-major (transposed) operand give
+// V = latent columns for P*V. The XOR also keeps ldmatrix's 8 rows on 8 distinct bank groups.
+__device__ __forceinline__ int TileOff(int row, int ch) {
+  return (ch >> 3) * (kRowsTile * 64) + row * 64 + (((ch & 7) ^ (row & 7)) << 3);
+}
+constexpr int kBlockBytes = kRowsTile * 128;  // one 64 x 64 column block
+
+// wgmma shared-memory descriptor with 128-byte swizzle (addresses/offsets in bytes).
+__device__ __forceinline__ uint64_t Desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFF) << 16) |
+         ((uint64_t)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void WgFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void WgCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void WgWait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Pins accumulator registers at this point so the compiler cannot move their uses across wgmma
+// issue/wait (the async instruction writes them after the asm statement that names them).
+template <int N>
+__device__ __forceinline__ void FenceRegs(float (&d)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+f"(d[i][j])::"memory");
+}
+__device__ __forceinline__ void FenceProxyAsync() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+template <bool kBf16>
+__device__ __forceinline__ void WgmmaS(float (&d)[4][4], uint64_t da, uint64_t db) {
+  if constexpr (kBf16) Wgmma_m64n32_bf16<0>(d, da, db); else Wgmma_m64n32_f16<0>(d, da, db);
+}
+template <bool kBf16>
+__device__ __forceinline__ void WgmmaPV(float (&d)[32][4], uint64_t da, uint64_t db) {
+  if constexpr (kBf16) Wgmma_m64n256_bf16<1>(d, da, db); else Wgmma_m64n256_f16<1>(d, da, db);
+}
+
+// Kernel variants: mma.sync + ldmatrix (portable reference path), or wgmma (sm_90a) with the two
+// possible readings of the N-major descriptor strides (kWgmmaAlt swaps LBO/SBO for V).
+enum KernelMode { kMma = 0, kWgmma = 1, kWgmmaAlt = 2 };
 
 struct Params {
   const uint16_t* q_lat;   // [B, GH, 512]
@@ -162,7 +202,7 @@ __device__ __forceinline__ void LoadKv(uint16_t* sk, const Params& p, int b, int
       const long long row = (long long)page * p.P + (t % p.P);
       src = ch < kDl / 8 ? p.c_lat + row * kDl + ch * 8 : p.k_rope + row * kDr + (ch - kDl / 8) * 8;
     }
-    CpAsync16(sk + Swz(tok, ch, kChunks), src, valid);
+    CpAsync16(sk + TileOff(tok, ch), src, valid);
   }
 }
 
@@ -174,13 +214,15 @@ __device__ __forceinline__ void LoadQ(uint16_t* sq, const Params& p, int b, int 
     const long long qrow = (long long)b * p.GH + gr;
     const uint16_t* src = p.q_lat;
     if (valid) src = ch < kDl / 8 ? p.q_lat + qrow * kDl + ch * 8 : p.q_rope + qrow * kDr + (ch - kDl / 8) * 8;
-    CpAsync16(sq + Swz(r, ch, kChunks), src, valid);
+    CpAsync16(sq + TileOff(r, ch), src, valid);
   }
 }
 
-template <bool kBf16>
+template <bool kBf16, int kMode>
 __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s) {
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  // 128-byte swizzle atoms must start on 1024-byte boundaries.
+  unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem);
   uint16_t* sK0 = sQ + kTileElems;
   uint16_t* sP = sQ + 3 * kTileElems;                              // [64 rows][64 tokens]
@@ -219,25 +261,41 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s) {
       } else {
         CpAsyncWait<0>();
       }
+      if constexpr (kMode != kMma) FenceProxyAsync();  // cp.async writes -> wgmma (async proxy) reads
       __syncthreads();
 
       // S = Q K^T for rows 16*rg.., tokens 32*half.. (fp32 accumulate).
       float sc[4][4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.f;
+      if constexpr (kMode == kMma) {
 #pragma unroll 4
-      for (int ks = 0; ks < kD / 16; ++ks) {
-        uint32_t a[4];
-        const int ar = rg * 16 + (lane & 15);
-        Ldsm4(a, sQ + Swz(ar, ks * 2 + (lane >> 4), kChunks));
+        for (int ks = 0; ks < kD / 16; ++ks) {
+          uint32_t a[4];
+          const int ar = rg * 16 + (lane & 15);
+          Ldsm4(a, sQ + TileOff(ar, ks * 2 + (lane >> 4)));
 #pragma unroll
-        for (int np = 0; np < 2; ++np) {
-          uint32_t bb[4];
-          const int tok = half * 32 + np * 16 + (lane >> 4) * 8 + (lane & 7);
-          Ldsm4(bb, sK + Swz(tok, ks * 2 + ((lane >> 3) & 1), kChunks));
-          Mma<kBf16>(sc[np * 2], a, bb[0], bb[1]);
-          Mma<kBf16>(sc[np * 2 + 1], a, bb[2], bb[3]);
+          for (int np = 0; np < 2; ++np) {
+            uint32_t bb[4];
+            const int tok = half * 32 + np * 16 + (lane >> 4) * 8 + (lane & 7);
+            Ldsm4(bb, sK + TileOff(tok, ks * 2 + ((lane >> 3) & 1)));
+            Mma<kBf16>(sc[np * 2], a, bb[0], bb[1]);
+            Mma<kBf16>(sc[np * 2 + 1], a, bb[2], bb[3]);
+          }
         }
+      } else {
+        // Warpgroup `half`: S[64 rows, 32 tokens] over K = 576 (36 x m64n32k16), both operands K-major.
+        const uint32_t qa = SmemAddr(sQ), ka = SmemAddr(sK) + half * 32 * 128;
+        FenceRegs(sc);
+        WgFence();
+#pragma unroll
+        for (int ks = 0; ks < kD / 16; ++ks) {
+          const uint32_t off = (ks >> 2) * kBlockBytes + (ks & 3) * 32;
+          WgmmaS<kBf16>(sc, Desc(qa + off, 16, 1024), Desc(ka + off, 16, 1024));
+        }
+        WgCommit();
+        WgWait0();
+        FenceRegs(sc);
       }
       // Scale to log2 units, mask by each row's own bound, row max over this warp's 32 tokens.
       float mx0 = -INFINITY, mx1 = -INFINITY;
@@ -278,8 +336,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s) {
         rs0 += sc[nt][0] + sc[nt][1];
         rs1 += sc[nt][2] + sc[nt][3];
         const int tok = half * 32 + nt * 8 + (lane & 3) * 2;
-        *reinterpret_cast<uint32_t*>(sP + Swz(lr0, tok >> 3, 8) + (tok & 7)) = Pack2<kBf16>(sc[nt][0], sc[nt][1]);
-        *reinterpret_cast<uint32_t*>(sP + Swz(lr1, tok >> 3, 8) + (tok & 7)) = Pack2<kBf16>(sc[nt][2], sc[nt][3]);
+        *reinterpret_cast<uint32_t*>(sP + TileOff(lr0, tok >> 3) + (tok & 7)) = Pack2<kBf16>(sc[nt][0], sc[nt][1]);
+        *reinterpret_cast<uint32_t*>(sP + TileOff(lr1, tok >> 3) + (tok & 7)) = Pack2<kBf16>(sc[nt][2], sc[nt][3]);
       }
       l0 = l0 * al0 + rs0;
       l1 = l1 * al1 + rs1;
@@ -290,22 +348,37 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s) {
         acc[i][2] *= al1;
         acc[i][3] *= al1;
       }
+      if constexpr (kMode != kMma) FenceProxyAsync();  // P stores -> wgmma reads
       __syncthreads();
 
       // O[rows 16*rg.., cols 256*half..] += P[rows, 64 tokens] V[64 tokens, cols].
+      if constexpr (kMode == kMma) {
 #pragma unroll
-      for (int ks = 0; ks < kTokTile / 16; ++ks) {
-        uint32_t a[4];
-        const int ar = rg * 16 + (lane & 15);
-        Ldsm4(a, sP + Swz(ar, ks * 2 + (lane >> 4), 8));
-        const int tok = ks * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+        for (int ks = 0; ks < kTokTile / 16; ++ks) {
+          uint32_t a[4];
+          const int ar = rg * 16 + (lane & 15);
+          Ldsm4(a, sP + TileOff(ar, ks * 2 + (lane >> 4)));
+          const int tok = ks * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
 #pragma unroll
-        for (int nc = 0; nc < 16; ++nc) {
-          uint32_t bb[4];
-          Ldsm4T(bb, sK + Swz(tok, half * 32 + nc * 2 + (lane >> 4), kChunks));
-          Mma<kBf16>(acc[nc * 2], a, bb[0], bb[1]);
-          Mma<kBf16>(acc[nc * 2 + 1], a, bb[2], bb[3]);
+          for (int nc = 0; nc < 16; ++nc) {
+            uint32_t bb[4];
+            Ldsm4T(bb, sK + TileOff(tok, half * 32 + nc * 2 + (lane >> 4)));
+            Mma<kBf16>(acc[nc * 2], a, bb[0], bb[1]);
+            Mma<kBf16>(acc[nc * 2 + 1], a, bb[2], bb[3]);
+          }
         }
+      } else {
+        // Warpgroup `half`: O[64, 256 columns] += P[64, 64] (K-major) * V[64 tokens, 256] (N-major).
+        const uint32_t pa = SmemAddr(sP), va = SmemAddr(sK) + half * 4 * kBlockBytes;
+        constexpr uint32_t lbo = kMode == kWgmma ? kBlockBytes : 1024, sbo = kMode == kWgmma ? 1024 : kBlockBytes;
+        FenceRegs(acc);
+        WgFence();
+#pragma unroll
+        for (int ks = 0; ks < kTokTile / 16; ++ks)
+          WgmmaPV<kBf16>(acc, Desc(pa + ks * 32, 16, 1024), Desc(va + ks * 16 * 128, lbo, sbo));
+        WgCommit();
+        WgWait0();
+        FenceRegs(acc);
       }
       __syncthreads();
     }
@@ -393,14 +466,34 @@ WsLayout Layout(long long B, long long GH) {
   return l;
 }
 
-template <bool kBf16>
-ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms, uint16_t* o, float* lse) {
+// Kernel variant from HELIX_MLA_DECODE_KERNEL (mma | wgmma | wgmma_alt), read once; default wgmma.
+int KernelModeFromEnv() {
+  static const int mode = [] {
+    const char* v = std::getenv("HELIX_MLA_DECODE_KERNEL");
+    if (v == nullptr || std::strcmp(v, "wgmma") == 0) return (int)kWgmma;
+    if (std::strcmp(v, "mma") == 0) return (int)kMma;
+    if (std::strcmp(v, "wgmma_alt") == 0) return (int)kWgmmaAlt;
+    return -1;
+  }();
+  return mode;
+}
+
+template <bool kBf16, int kMode>
+cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtiles, cudaStream_t stream) {
   static std::once_flag once;
   static cudaError_t attr_err = cudaSuccess;
   std::call_once(once, [] {
-    attr_err = cudaFuncSetAttribute(mla_split_kv<kBf16>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+    attr_err = cudaFuncSetAttribute(mla_split_kv<kBf16, kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   });
-  HELIX_CUDA_CHECK(attr_err);
+  if (attr_err != cudaSuccess) return attr_err;
+  mla_split_kv<kBf16, kMode><<<dim3(num_parts, mtiles), kThreads, kSmemBytes, stream>>>(p, s);
+  return cudaGetLastError();
+}
+
+template <bool kBf16>
+ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms, uint16_t* o, float* lse) {
+  const int mode = KernelModeFromEnv();
+  if (mode < 0) return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_KERNEL must be mma, wgmma or wgmma_alt");
   Params p = base;
   const int mtiles = (p.GH + kRowsTile - 1) / kRowsTile;
   const int num_parts = min(max(num_sms / mtiles, 1), kMaxParts);
@@ -411,8 +504,9 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
 
   mla_schedule<<<1, 1, 0, stream>>>(p.bounds, p.B, p.G, p.cap, num_parts, s);
   HELIX_CUDA_CHECK(cudaGetLastError());
-  mla_split_kv<kBf16><<<dim3(num_parts, mtiles), kThreads, kSmemBytes, stream>>>(p, s);
-  HELIX_CUDA_CHECK(cudaGetLastError());
+  if (mode == kMma) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMma>(p, s, num_parts, mtiles, stream)));
+  else if (mode == kWgmma) HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmma>(p, s, num_parts, mtiles, stream)));
+  else HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmmaAlt>(p, s, num_parts, mtiles, stream)));
   mla_combine<kBf16><<<(unsigned)(p.B * p.GH), 128, 0, stream>>>(p.o_part, p.lse_part, s, p.GH, o, lse);
   HELIX_CUDA_CHECK(cudaGetLastError());
   return ffi::Error::Success();
