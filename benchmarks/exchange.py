@@ -312,7 +312,7 @@ def main(argv=None):
         parts = res[main_v]["parts_ms"]
         sent = payload * (a.cp - 1) / a.cp
         a2a_gbs = sent / (parts["a2a"] * 1e-3) / 1e9 if parts.get("a2a") else None
-        comb_bytes = a.cp * payload + t * a.heads // a.cp * (D * 2 + 4)
+        comb_bytes = payload + t * a.heads // a.cp * (D * 2 + 4)   # read the received payload, write out + lse
         comb_gbs = comb_bytes / (parts["combine"] * 1e-3) / 1e9 if parts.get("combine") else None
         same_copy = copy_ms(comb_bytes, a.reps) if gpu else None
         print(f"T={t:4d} (B={b}, G={g}) cp={a.cp}: exchange {ex_ms:.4f} ms/layer [{main_v}; "

@@ -113,6 +113,49 @@ __global__ void CombineKernel(const uint4* __restrict__ payload, uint4* __restri
   }
 }
 
+// Fixed small cp: every source's LSE and data chunk are loaded up front (one memory round trip
+// instead of LSE-then-data); an empty source's data is loaded but never used (no 0 * NaN).
+template <bool kBf16, int kCp, typename Index>
+__global__ void CombineKernelFixed(const uint4* __restrict__ payload, uint4* __restrict__ out,
+                                   float* __restrict__ lse_out, Index rows, Index d_chunks) {
+  constexpr int kPer = kBf16 ? 8 : 4;
+  const Index in_chunks = d_chunks + 1;
+  const Index n = rows * d_chunks;
+  const float* lse_base = reinterpret_cast<const float*>(payload);
+  for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < n; i += Index(gridDim.x) * blockDim.x) {
+    const Index r = i / d_chunks, c = i - r * d_chunks;
+    float l[kCp];
+    uint4 v[kCp];
+#pragma unroll
+    for (int s = 0; s < kCp; ++s) {
+      const Index row = (Index(s) * rows + r) * in_chunks;
+      l[s] = __ldg(lse_base + (row + d_chunks) * 4);
+      v[s] = __ldg(payload + row + c);
+    }
+    float mx = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < kCp; ++s) mx = fmaxf(mx, l[s]);
+    if (!isfinite(mx)) mx = 0.f;
+    float total = 0.f;
+#pragma unroll
+    for (int s = 0; s < kCp; ++s) {
+      l[s] = __expf(l[s] - mx);
+      total += l[s];
+    }
+    const float inv = total > 0.f ? 1.f / total : 0.f;
+    float acc[kPer];
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) acc[k] = 0.f;
+#pragma unroll
+    for (int s = 0; s < kCp; ++s) {
+      const float w = l[s] * inv;
+      if (w > 0.f) Accumulate<kBf16>(acc, v[s], w);
+    }
+    out[r * d_chunks + c] = Pack<kBf16>(acc);
+    if (c == 0) lse_out[r] = total > 0.f ? mx + __logf(total) : -INFINITY;
+  }
+}
+
 unsigned Blocks(int64_t n) {
   int64_t b = (n + kThreads - 1) / kThreads;
   return static_cast<unsigned>(b < 1 ? 1 : (b > (1ll << 30) ? (1ll << 30) : b));
@@ -149,7 +192,12 @@ void LaunchCombine(cudaStream_t stream, const uint4* src, uint4* dst, float* lse
                    int64_t d_chunks) {
   const int64_t rows = s.t * s.hc, n = rows * d_chunks;
   const int64_t in_elems = s.cp * rows * (d_chunks + 1) * 4;  // float index into the payload
-  if (in_elems < (1ll << 31)) {
+  if (in_elems < (1ll << 31) && (s.cp == 2 || s.cp == 4 || s.cp == 8)) {
+    const uint32_t r32 = uint32_t(rows), d32 = uint32_t(d_chunks);
+    if (s.cp == 2) CombineKernelFixed<kBf16, 2, uint32_t><<<Blocks(n), kThreads, 0, stream>>>(src, dst, lse, r32, d32);
+    if (s.cp == 4) CombineKernelFixed<kBf16, 4, uint32_t><<<Blocks(n), kThreads, 0, stream>>>(src, dst, lse, r32, d32);
+    if (s.cp == 8) CombineKernelFixed<kBf16, 8, uint32_t><<<Blocks(n), kThreads, 0, stream>>>(src, dst, lse, r32, d32);
+  } else if (in_elems < (1ll << 31)) {
     CombineKernel<kBf16, uint32_t><<<Blocks(n), kThreads, 0, stream>>>(src, dst, lse, int(s.cp), uint32_t(rows),
                                                                       uint32_t(d_chunks));
   } else {
