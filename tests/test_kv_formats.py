@@ -124,11 +124,17 @@ def test_from_global_stores_oracle_quantization(fmt, rng):
     assert np.all(np.asarray(given.scales[-1]) == 3.0)
 
 
-def test_bf16_bytes_per_token_matches_storage():
+def test_empty_caches_and_bf16_bytes_per_token():
     mesh = make_cp_mesh(2)
     cache = HelixMLACache.empty(1, mesh=mesh, page_size=4, max_len=16)
-    assert cache.kv_dtype == "bf16" and cache.scales == ()
+    assert cache.kv_dtype == "bf16" and cache.scales == () and isinstance(cache.pages, MLAPages)
     assert sum(x.dtype.itemsize * x.shape[2] for x in cache.pages) == quant.bytes_per_token("bf16")
+    # Static per-tensor defaults when there is no data (§10.3 for nvfp4).
+    fp8 = HelixMLACache.empty(1, mesh=mesh, page_size=4, max_len=16, kv_dtype="fp8_e4m3")
+    nv = HelixMLACache.empty(1, mesh=mesh, page_size=4, max_len=16, kv_dtype="nvfp4")
+    assert np.all(np.asarray(fp8.scales[0]) == 1.0)
+    assert np.allclose(np.asarray(nv.scales[-1]), 89.6) and isinstance(nv.pages, NVFP4Pages)
+    assert np.all(fp8.to_global()[0] == 0) and np.all(nv.to_global()[1] == 0)
 
 
 # -- per-rank decode on quantized pages ----------------------------------------------------------
