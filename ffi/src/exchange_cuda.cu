@@ -260,6 +260,7 @@ struct NcclApi {
   int (*group_end)() = nullptr;
   int (*user_rank)(Comm, int*) = nullptr;
   int (*count)(Comm, int*) = nullptr;
+  int (*async_error)(Comm, int*) = nullptr;
   const char* (*error_string)(int) = nullptr;
   std::string load_error;
 };
@@ -279,7 +280,9 @@ const NcclApi& Nccl() {
     a.user_rank = reinterpret_cast<decltype(a.user_rank)>(dlsym(h, "ncclCommUserRank"));
     a.count = reinterpret_cast<decltype(a.count)>(dlsym(h, "ncclCommCount"));
     a.error_string = reinterpret_cast<decltype(a.error_string)>(dlsym(h, "ncclGetErrorString"));
-    if (!a.send || !a.recv || !a.group_start || !a.group_end || !a.user_rank || !a.count || !a.error_string)
+    a.async_error = reinterpret_cast<decltype(a.async_error)>(dlsym(h, "ncclCommGetAsyncError"));
+    if (!a.send || !a.recv || !a.group_start || !a.group_end || !a.user_rank || !a.count || !a.error_string ||
+        !a.async_error)
       a.load_error = "libnccl.so.2 lacks ncclSend/ncclRecv/ncclGroupStart/...";
     return a;
   }();
@@ -287,6 +290,17 @@ const NcclApi& Nccl() {
 }
 
 constexpr int kNcclUint8 = 1;
+constexpr int kNcclInProgress = 7;  // non-blocking communicators return this until the op is queued
+
+// Waits (bounded) until a non-blocking communicator has queued the group; 0 on success.
+int NcclSettle(const NcclApi& nccl, void* comm, int rc) {
+  for (long spin = 0; rc == kNcclInProgress && spin < 100000000L; ++spin) {
+    int state = 0;
+    if (nccl.async_error(comm, &state) != 0) return -1;
+    rc = state;
+  }
+  return rc;
+}
 
 struct CollectivesCtx {
   const XLA_FFI_Api* api;
@@ -375,15 +389,19 @@ ffi::Error A2AExecute(cudaStream_t stream, CollectivesCtx ctx, ffi::AnyBuffer o,
     if (auto e = LaunchStatus("helix_exchange_a2a pack launch"); e.failure()) return e;
   }
   if (chunk == 0 || s.cp == 1) return ffi::Error::Success();
+  auto ok = [](int r) { return r == 0 || r == kNcclInProgress; };
   int rc = nccl.group_start();
-  for (int p = 0; p < s.cp && rc == 0; ++p) {
+  for (int p = 0; p < s.cp && ok(rc); ++p) {
     if (p == rank) continue;
     rc = nccl.send(sbuf + p * chunk, chunk, kNcclUint8, p, comm, stream);
-    if (rc == 0) rc = nccl.recv(rbuf + p * chunk, chunk, kNcclUint8, p, comm, stream);
+    if (ok(rc)) rc = nccl.recv(rbuf + p * chunk, chunk, kNcclUint8, p, comm, stream);
   }
-  const int rc_end = nccl.group_end();
-  if (rc != 0 || rc_end != 0)
-    return ffi::Error::Internal(std::string("helix_exchange_a2a: NCCL: ") + nccl.error_string(rc ? rc : rc_end));
+  const int rc_end = NcclSettle(nccl, comm, nccl.group_end());
+  if (!ok(rc) || rc_end != 0) {
+    const int bad = ok(rc) ? rc_end : rc;
+    return ffi::Error::Internal(std::string("helix_exchange_a2a: NCCL error ") + std::to_string(bad) + ": " +
+                                (bad > 0 ? nccl.error_string(bad) : "async error query failed"));
+  }
   return ffi::Error::Success();
 }
 
