@@ -109,6 +109,8 @@ def _cp(mesh: Mesh, config: SpecConfig) -> int:
 
 @functools.partial(jax.jit, static_argnames=("config", "capacity"))
 def _prefill(params, prompts, lens, key, *, config: SpecConfig, capacity: int):
+    # ``config`` here is reduced to what prefill depends on (see _prefill_config): one compile
+    # serves every cp / page size / overlap setting.
     target, drafter = _models(params, config)
     logits, kvs = target(prompts)
     k_t0, k_draft = jax.random.split(key)
@@ -124,6 +126,11 @@ def _prefill(params, prompts, lens, key, *, config: SpecConfig, capacity: int):
         drafter, dcache, prev, t0, lens, k_draft, draft_len=config.draft_len, sampling=config.sampling,
         temperature=config.temperature, implementation="reference")
     return kvs, dcache, t0, drafts, probs
+
+
+def _prefill_config(config: SpecConfig) -> SpecConfig:
+    return SpecConfig(target=config.target, draft=config.draft, draft_len=config.draft_len,
+                      sampling=config.sampling, temperature=config.temperature, max_len=config.max_len)
 
 
 def init_spec_state(params: SpecParams, prompts, prompt_lens, *, mesh: Mesh, config: SpecConfig,
@@ -149,11 +156,9 @@ def init_spec_state(params: SpecParams, prompts, prompt_lens, *, mesh: Mesh, con
     if int(lens.max()) + 2 * config.group_len > config.max_len:
         raise ValueError(f"max_len={config.max_len} leaves no room to decode after prompts of length "
                          f"{int(lens.max())} (need at least prompt + 2*G = {int(lens.max()) + 2 * config.group_len})")
-    capacity = ledger.capacity(ledger.pages_per_rank(config.max_len, page_size=config.page_size, cp_size=cp),
-                               page_size=config.page_size, cp_size=cp)
     key, k_pre = jax.random.split(jax.random.key(seed))
     kvs, dcache, t0, drafts, probs = _prefill(params, jnp.asarray(prompts, jnp.int32), jnp.asarray(lens, jnp.int32),
-                                              k_pre, config=config, capacity=capacity)
+                                              k_pre, config=_prefill_config(config), capacity=config.max_len)
     lens_j = jnp.asarray(lens, jnp.int32)
     caches = tuple(HelixMLACache.from_global(c, k, lens_j, mesh=mesh, page_size=config.page_size,
                                              max_len=config.max_len, axis_name=config.axis_name,
@@ -260,7 +265,9 @@ def _state_specs(state: SpecState) -> SpecState:
 def _step_jit(params, state, *, mesh, config):
     cp = int(mesh.shape[config.axis_name])
     c0 = state.caches[0]
-    capacity = ledger.capacity(c0.page_table.shape[2], page_size=config.page_size, cp_size=cp)
+    # A group must fit the target cache and the drafter's (max_len) cache.
+    capacity = min(ledger.capacity(c0.page_table.shape[2], page_size=config.page_size, cp_size=cp),
+                   state.draft_cache.capacity)
     specs = _state_specs(state)
     body = functools.partial(_local_step, config=config, cp=cp, capacity=capacity)
     return jax.shard_map(body, mesh=mesh, in_specs=(P(), specs), out_specs=(specs, P(), P()),
@@ -298,10 +305,18 @@ def spec_verify_step(params: SpecParams, state: SpecState, *, mesh: Mesh, config
     return _step_jit(params, state, mesh=mesh, config=config)
 
 
+_COMPILED = {}
+
+
 def compile_step(params: SpecParams, state: SpecState, *, mesh: Mesh, config: SpecConfig):
-    """Ahead-of-time compile the step (for timing without compile time). Returns a callable
-    ``(params, state) -> (state, emitted, num)``."""
+    """Ahead-of-time compile the step (for timing without compile time); cached per mesh, config
+    and argument shapes. Returns a callable ``(params, state) -> (state, emitted, num)``."""
     cp = _cp(mesh, config)
     validate_spec_config(config, cp_size=cp)
+    _check_params(params, config)
     _check_state(state, mesh, config, cp)
-    return _step_jit.lower(params, state, mesh=mesh, config=config).compile()
+    leaves, tree = jax.tree_util.tree_flatten((params, state))
+    key = (mesh, config, tree, tuple((x.shape, str(x.dtype)) for x in leaves))
+    if key not in _COMPILED:
+        _COMPILED[key] = _step_jit.lower(params, state, mesh=mesh, config=config).compile()
+    return _COMPILED[key]
