@@ -198,9 +198,74 @@ def test_content_corruption_behind_valid_digests_is_detected(rng, tmp_path, wher
 def test_fingerprint_is_layout_independent_and_sensitive(rng):
     x = np.asarray(rng.standard_normal((16, 4, 8)), np.float32)
     ref = ck.fingerprint(x)
-    for cp in (1, 2, 8):
-        assert ck.fingerprint(jax.device_put(x, NamedSharding(make_cp_mesh(cp), P("cp")))) == ref
+    for cp in (1, 2, 8):   # host_bytes=0: reduce on the devices
+        assert ck.fingerprint(jax.device_put(x, NamedSharding(make_cp_mesh(cp), P("cp"))), host_bytes=0) == ref
     y = x.copy()
     y[int(rng.integers(16)), int(rng.integers(4)), int(rng.integers(8))] *= -1
     assert ck.fingerprint(y) != ref
     assert ck.fingerprint(x.reshape(4, 16, 8)) == ref   # shape is checked separately in the manifest
+
+
+# -- the whole decoding state ------------------------------------------------------------------
+
+def _spec_setup():
+    from helix_jax.models.config import MLAModelConfig
+    from helix_jax.models.deepseek import init_model
+    from helix_jax.spec import SpecConfig, make_params
+
+    # One layer each keeps compile time low; an independent drafter makes acceptance vary.
+    tcfg = MLAModelConfig(num_layers=1, hidden_size=64, num_heads=4, q_lora_rank=32, qk_nope_head_dim=16,
+                          v_head_dim=16, intermediate_size=128, logit_scale=2.0)
+    target = init_model(tcfg, seed=1)
+    params = make_params(target, target)
+    # The drafter: the target's weights, perturbed (acceptance varies; no second init compile).
+    draft = jax.jit(lambda s: jax.tree.map(lambda w: w * (1 + 0.5 * jnp.sin(7 * w)), s))(params.draft)
+    cfg = SpecConfig(target=tcfg, draft=tcfg, draft_len=2, sampling="rejection", page_size=4, max_len=48)
+    return params._replace(draft=draft), cfg
+
+
+def test_decoding_resumes_on_another_cp_with_identical_tokens(rng, tmp_path):
+    from helix_jax.spec import init_spec_state, spec_verify_step
+
+    params, cfg = _spec_setup()
+    prompts = rng.integers(0, cfg.target.vocab_size, size=(2, 11))
+    lens = np.array([11, int(rng.integers(5, 11))])
+    m2 = make_cp_mesh(2)
+    state = init_spec_state(params, prompts, lens, mesh=m2, config=cfg, seed=int(rng.integers(1 << 30)),
+                            shuffle_pages=int(rng.integers(1 << 30)))
+    # Replicate the non-cache leaves on the mesh as the step returns them (saves one recompile).
+    rep = NamedSharding(m2, P())
+    state = state._replace(**{f: jax.device_put(getattr(state, f), rep)
+                              for f in state._fields if f != "caches"})
+    n, m = 3, 3
+    run = []
+    for i in range(n + m):   # uninterrupted run, checkpointed after n steps
+        if i == n:
+            ck.save_state(tmp_path / "s", state, config=cfg, params=params)
+            saved_lens = np.asarray(state.lens)
+        state, emitted, num = spec_verify_step(params, state, mesh=m2, config=cfg)
+        run.append((np.asarray(emitted), np.asarray(num)))
+    assert len({int(x) for _, nums in run for x in nums}) > 1, "acceptance should vary across steps"
+    # Resume on cp=4 with page size 8 (fresh params come from the checkpoint).
+    cfg4, m4 = cfg.replace(page_size=8), make_cp_mesh(4)
+    state4, params4 = ck.restore_state(tmp_path / "s", mesh=m4, config=cfg4)
+    assert (state4.caches[0].cp_size, state4.caches[0].page_size) == (4, 8)
+    for emitted_a, num_a in run[n:]:
+        state4, emitted, num = spec_verify_step(params4, state4, mesh=m4, config=cfg4)
+        np.testing.assert_array_equal(np.asarray(num), num_a)
+        np.testing.assert_array_equal(np.asarray(emitted), emitted_a)
+    np.testing.assert_array_equal(np.asarray(state4.lens), np.asarray(state.lens))
+    # The restored KV is bit-identical; KV computed after the resume went through cp=4 attention
+    # (another reduction order) and agrees to float rounding.
+    for a, b in zip(state.caches, state4.caches):
+        ga, gb = a.to_global(int(np.max(state.lens))), b.to_global(int(np.max(state.lens)))
+        for row, (l0, l1) in enumerate(zip(saved_lens, np.asarray(state.lens))):
+            for x, y in zip(ga, gb):
+                np.testing.assert_array_equal(_bits(x[row, :l0]), _bits(y[row, :l0]))
+                np.testing.assert_allclose(np.float32(x[row, l0:l1]), np.float32(y[row, l0:l1]), rtol=1e-4, atol=1e-5)
+    # A different decoding rule or model is refused.
+    with pytest.raises(ck.CheckpointError, match="incompatible decoding config: sampling"):
+        ck.restore_state(tmp_path / "s", mesh=m4, config=cfg4.replace(sampling="greedy"))
+    with pytest.raises(ck.CheckpointError, match="incompatible model config"):
+        ck.restore_state(tmp_path / "s", mesh=m4, config=cfg4.replace(target=cfg.target.replace(vocab_size=64),
+                                                                      draft=cfg.draft.replace(vocab_size=64)))

@@ -75,11 +75,20 @@ def _hex(a, b) -> str:
     return f"{int(a):08x}{int(b):08x}"
 
 
-def fingerprints(xs) -> list[str]:
-    """:func:`fingerprint` of many arrays; the jax ones reduced together in one compiled call."""
+HOST_BYTES = 1 << 20   # smaller single-host arrays are hashed on the host: cheaper than a compile
+
+
+def _on_device(x, host_bytes) -> bool:
+    return isinstance(x, jax.Array) and (x.nbytes > host_bytes or not x.is_fully_addressable
+                                         or jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key))
+
+
+def fingerprints(xs, *, host_bytes: int = HOST_BYTES) -> list[str]:
+    """:func:`fingerprint` of many arrays. jax arrays above ``host_bytes`` (the KV pools) are reduced
+    on their devices, together in one compiled call per device set; small ones on the host."""
     xs = list(xs)
     out: list[str | None] = [None] * len(xs)
-    dev = [i for i, x in enumerate(xs) if isinstance(x, jax.Array)]
+    dev = [i for i, x in enumerate(xs) if _on_device(x, host_bytes)]
     for i in dev:
         if jax.dtypes.issubdtype(xs[i].dtype, jax.dtypes.prng_key):
             raise ValueError("fingerprint: pass jax.random.key_data(key), not a typed key array")
@@ -97,13 +106,13 @@ def fingerprints(xs) -> list[str]:
     return out
 
 
-def fingerprint(x) -> str:
+def fingerprint(x, *, host_bytes: int = HOST_BYTES) -> str:
     """16 hex digits identifying the exact bits of ``x`` (a jax or numpy array), layout-independent.
 
-    jax arrays are reduced on their devices; numpy arrays and scalars on the host; both give the
-    same value for the same bits.
+    Large jax arrays are reduced on their devices; numpy arrays, scalars and small arrays on the
+    host; both give the same value for the same bits.
     """
-    return fingerprints([x])[0]
+    return fingerprints([x], host_bytes=host_bytes)[0]
 
 
 def file_digests(root: Path) -> dict[str, dict]:

@@ -86,7 +86,7 @@ def _cache_entry(c: HelixMLACache) -> dict:
 
 
 def save(directory, *, cache: HelixMLACache | None = None, params=None, state=None, model_config=None,
-         overwrite: bool = False) -> dict:
+         metadata: dict | None = None, overwrite: bool = False) -> dict:
     """Write a checkpoint to ``directory``; returns the manifest.
 
     Args:
@@ -95,6 +95,7 @@ def save(directory, *, cache: HelixMLACache | None = None, params=None, state=No
       state: any pytree of arrays that may contain :class:`HelixMLACache` leaves and typed PRNG keys
         (a decoding state); restored against a template of the same structure.
       model_config: dict / dataclass / NamedTuple describing the model; its hash guards restore.
+      metadata: JSON-serializable extras stored in the manifest under ``"metadata"``.
       overwrite: replace an existing ``directory``.
     """
     import orbax.checkpoint as ocp
@@ -111,6 +112,7 @@ def save(directory, *, cache: HelixMLACache | None = None, params=None, state=No
         shutil.rmtree(directory)
     manifest = {"format": FORMAT, "format_version": FORMAT_VERSION,
                 "model_config": config_dict(model_config), "model_config_hash": config_hash(model_config),
+                "metadata": json.loads(json.dumps(metadata if metadata is not None else {})),
                 "trees": {}, "caches": {}, "arrays": {}}
     tree = {}
     for item, value in items.items():

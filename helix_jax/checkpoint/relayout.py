@@ -16,9 +16,10 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from .. import ledger
-from ..cache import HelixMLACache
+from ..cache import LATENT_DIM, ROPE_DIM, HelixMLACache
 
-__all__ = ["source_rows", "gather_rows", "relayout_cache", "relayout_arrays", "target_layout", "cache_fields"]
+__all__ = ["source_rows", "gather_rows", "relayout_cache", "relayout_arrays", "target_layout", "cache_fields",
+           "layout_template"]
 
 
 def source_rows(*, src_tables, src_page_size: int, src_num_pages: int, dst_tables,
@@ -187,3 +188,18 @@ def _check_max_len(max_len, lens):
         raise ValueError(f"max_len must be an int >= 1, got {max_len!r}")
     if lens.size and int(lens.max()) > max_len:
         raise ValueError(f"max_len={max_len} is smaller than the longest committed sequence ({int(lens.max())})")
+
+
+def layout_template(batch: int, *, mesh: Mesh, page_size: int, max_len: int, axis_name: str = "cp",
+                    dtype=jnp.bfloat16, kv_dtype: str = "bf16", num_pages: int | None = None) -> HelixMLACache:
+    """A cache that only *describes* a target layout (abstract pools, standard page tables, no KV):
+    pass it inside ``state_like`` to :func:`~helix_jax.checkpoint.restore` to choose where the
+    checkpoint's KV pages go, without allocating a second cache."""
+    tables, n = target_layout(batch, mesh=mesh, axis_name=axis_name, page_size=page_size, max_len=max_len,
+                              num_pages=num_pages)
+    rows = tables.shape[0] * n
+    extra = {} if kv_dtype == "bf16" else {"kv_dtype": kv_dtype}
+    return HelixMLACache(c_latent=jax.ShapeDtypeStruct((rows, page_size, LATENT_DIM), dtype),
+                         k_rope=jax.ShapeDtypeStruct((rows, page_size, ROPE_DIM), dtype),
+                         page_table=tables, lens=np.zeros((batch,), np.int32), mesh=mesh,
+                         axis_name=axis_name, page_size=page_size, **extra)
