@@ -54,8 +54,8 @@ PRESETS: dict[str, ModelPreset] = {p.name: p for p in (
                                         state_size=16, conv_kernel=4, dtype="float32"),
                 draft="tiny-draft",
                 note="a tiny hybrid test model: 2 MLA + 2 Mamba-style layers"),
-    ModelPreset(name="tiny-draft", mla_layers=2, weight_bytes=2_066_944 * 4, kv_dtype="float32",
-                note="the tiny model's 2-layer drafter (SpecConfig default), float32"),
+    ModelPreset(name="tiny-draft", mla_layers=1, weight_bytes=1_066_368 * 4, kv_dtype="float32",
+                note="the tiny model's 1-layer drafter (SpecConfig default), float32"),
 )}
 
 

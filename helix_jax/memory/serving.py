@@ -54,7 +54,8 @@ def serve_requests(params, requests: Sequence[Request], prompts: Mapping[Hashabl
       num_pages: pages per rank in the pool (default: every row at full length, plus the null page);
         smaller pools make requests wait for pages.
       shuffle_pages: seed for a random per-rank page order (realism, tests).
-      prompt_bucket: prompts are padded to a multiple of this for prefill (default ``P*cp``).
+      prompt_bucket: prompts are padded to a multiple of this for prefill (default: the row
+        capacity, so one prefill shape is compiled; pass a smaller bucket for long rows).
       progress: ``progress(plan, {req_id: tokens so far})`` after every step.
     """
     from ..spec import init_spec_state, spec_verify_step
@@ -76,18 +77,21 @@ def serve_requests(params, requests: Sequence[Request], prompts: Mapping[Hashabl
                              f"2*G={2 * g} <= {capacity} global tokens per row; raise config.max_len")
     pool = HelixPagePool(num_pages=1 + max_batch * npp if num_pages is None else num_pages,
                          page_size=page, cp_size=cp, seed=shuffle_pages)
-    bucket = page * cp if prompt_bucket is None else check_int("prompt_bucket", prompt_bucket)
+    bucket = capacity if prompt_bucket is None else check_int("prompt_bucket", prompt_bucket)
 
-    # The batch state's non-cache leaves come from a dummy prefill; the caches are the pool's.
-    state = init_spec_state(params, np.zeros((max_batch, 1), np.int32), np.ones(max_batch, np.int32),
-                            mesh=mesh, config=config, seed=seed)
-    dtype = state.caches[0].dtype if config.kv_dtype == "bf16" else jnp.float32
-    caches = tuple(make_cache(pool, batch=max_batch, mesh=mesh, max_len=config.max_len, dtype=dtype,
-                              axis_name=config.axis_name, kv_dtype=config.kv_dtype) for _ in state.caches)
-    box = {"state": state._replace(caches=caches)}
+    box: dict = {}                       # the batch SpecState, built at the first admission
     tokens: dict = {}
     want = {r.req_id: r.max_new_tokens for r in requests}
     rep = NamedSharding(mesh, P())
+
+    def batch_state(one):
+        """A ``max_batch``-row state shaped like the one-request state ``one``, caches from the pool."""
+        dtype = one.caches[0].dtype if config.kv_dtype == "bf16" else jnp.float32
+        caches = tuple(make_cache(pool, batch=max_batch, mesh=mesh, max_len=config.max_len, dtype=dtype,
+                                  axis_name=config.axis_name, kv_dtype=config.kv_dtype) for _ in one.caches)
+        tile = lambda x: jnp.repeat(x[:1], max_batch, axis=0)
+        rows = {f: tile(getattr(one, f)) for f in _ROW_FIELDS + ("lens",)}
+        return one._replace(caches=caches, draft_cache=jax.tree_util.tree_map(tile, one.draft_cache), **rows)
 
     def on_admit(plan: StepPlan, row: int, req: Request):
         length = req.prompt_len
@@ -96,6 +100,8 @@ def serve_requests(params, requests: Sequence[Request], prompts: Mapping[Hashabl
         prompt[0, :length] = np.asarray(prompts[req.req_id], np.int32)
         one = init_spec_state(params, prompt, np.array([length], np.int32), mesh=mesh, config=config,
                               seed=seed + 7919 * (1 + len(tokens)))
+        if "state" not in box:
+            box["state"] = batch_state(one)
         st = box["state"]
         kvs = [tuple(x[0] for x in c.to_global(length)) for c in one.caches]
         st = st._replace(caches=write_prompts(st.caches, pool, req.req_id, kvs))
@@ -113,6 +119,8 @@ def serve_requests(params, requests: Sequence[Request], prompts: Mapping[Hashabl
             # Empty rows restart at position 0 every step: their writes stay in the null page.
             packed_positions=jnp.where(empty[:, None], jnp.arange(g, dtype=jnp.int32), st.packed_positions),
             in_flight=jnp.where(empty, False, st.in_flight))
+        # Same (replicated) placement every step, so the compiled step is reused, never re-traced.
+        st = st._replace(**{f: jax.device_put(getattr(st, f), rep) for f in st._fields if f != "caches"})
         st, emitted, num = spec_verify_step(params, st, mesh=mesh, config=config)
         box["state"] = st
         emitted, num = np.asarray(emitted), np.asarray(num)

@@ -56,9 +56,6 @@ def make_cache(pool: HelixPagePool, *, batch: int, mesh: Mesh, max_len: int, dty
     batch = check_int("batch", batch)
     max_len = check_int("max_len", max_len)
     npp = ledger.pages_per_rank(max_len, page_size=pool.page_size, cp_size=pool.cp_size)
-    if npp > pool.usable_pages:
-        raise ValueError(f"max_len={max_len} needs {npp} pages per rank per row but the pool has "
-                         f"only {pool.usable_pages} usable pages")
     # A one-row, one-page cache gives pools of the right size and format; the tables are ours.
     base = HelixMLACache.empty(1, mesh=mesh, page_size=pool.page_size, max_len=1, dtype=dtype,
                                axis_name=axis_name, num_pages=pool.num_pages, kv_dtype=kv_dtype,
