@@ -5,8 +5,6 @@ HELIX_SEMANTICS.md §2, §4, §9.2-§9.4, R15-R17. The pool's tables are checked
 """
 import dataclasses
 import json
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp

@@ -27,7 +27,9 @@ def add_arguments(p):
 
 
 def _gib(b):
-    return f"{b / (1 << 30):8.2f} GiB"
+    if b >= 1 << 30 or b == 0:
+        return f"{b / (1 << 30):8.2f} GiB"
+    return f"{b / (1 << 20):8.2f} MiB"
 
 
 def run(args) -> int:
