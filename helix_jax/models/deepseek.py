@@ -13,6 +13,8 @@ Two attention paths share all non-attention code through :meth:`MLADecoder.forwa
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -206,6 +208,11 @@ def init_model(cfg: MLAModelConfig, *, seed: int = 0) -> MLADecoder:
     parameter dispatches many small ops, which is slow on a busy CPU)."""
     if not isinstance(cfg, MLAModelConfig):
         raise ValueError(f"cfg must be an MLAModelConfig, got {type(cfg).__name__}")
-    graphdef = nnx.split(nnx.eval_shape(lambda: MLADecoder(cfg, rngs=nnx.Rngs(seed))))[0]
-    state = jax.jit(lambda: nnx.state(MLADecoder(cfg, rngs=nnx.Rngs(seed))))()
-    return nnx.merge(graphdef, state)
+    graphdef, init = _initializer(cfg)
+    return nnx.merge(graphdef, init(jax.random.key(int(seed))))
+
+
+@functools.lru_cache(maxsize=None)
+def _initializer(cfg: MLAModelConfig):
+    graphdef = nnx.split(nnx.eval_shape(lambda: MLADecoder(cfg, rngs=nnx.Rngs(0))))[0]
+    return graphdef, jax.jit(lambda key: nnx.state(MLADecoder(cfg, rngs=nnx.Rngs(key))))
