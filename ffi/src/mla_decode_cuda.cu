@@ -189,19 +189,24 @@ struct Params {
 };
 
 // One 64-token KV tile (latent + rope, 576 wide) of sequence b into shared memory; slots >= len are
-// zero-filled without a global read.
+// zero-filled without a global read. Four threads per token: one page-table read and one division per
+// thread, then 18 independent 16-byte copies (a per-chunk lookup serialised ~18 dependent loads).
 __device__ __forceinline__ void LoadKv(uint16_t* sk, const Params& p, int b, int blk, int len) {
-  const int* pt = p.page_table + (long long)b * p.npp;
-  for (int i = threadIdx.x; i < kTokTile * kChunks; i += kThreads) {
-    const int tok = i / kChunks, ch = i - tok * kChunks;
-    const int t = blk * kTokTile + tok;
-    const bool valid = t < len;
-    const uint16_t* src = p.c_lat;
-    if (valid) {
-      const int page = min(max(pt[t / p.P], 0), p.N - 1);
-      const long long row = (long long)page * p.P + (t % p.P);
-      src = ch < kDl / 8 ? p.c_lat + row * kDl + ch * 8 : p.k_rope + row * kDr + (ch - kDl / 8) * 8;
-    }
+  static_assert(kThreads == 4 * kTokTile, "4 threads per token");
+  const int tok = threadIdx.x >> 2, q = threadIdx.x & 3;
+  const int t = blk * kTokTile + tok;
+  const bool valid = t < len;
+  long long row = 0;
+  if (valid) {
+    const int page = min(max(p.page_table[(long long)b * p.npp + t / p.P], 0), p.N - 1);
+    row = (long long)page * p.P + (t % p.P);
+  }
+  const uint16_t* lat = p.c_lat + row * kDl;
+  const uint16_t* rope = p.k_rope + row * kDr;
+#pragma unroll
+  for (int j = 0; j < kChunks / 4; ++j) {
+    const int ch = q + 4 * j;
+    const uint16_t* src = ch < kDl / 8 ? lat + ch * 8 : rope + (ch - kDl / 8) * 8;
     CpAsync16(sk + TileOff(tok, ch), src, valid);
   }
 }

@@ -108,8 +108,9 @@ def mla_decode(q_latent, q_rope, c_latent, k_rope, page_table, kv_bounds, softma
     extra = {}
     if not interpret:
         from jax.experimental.pallas import triton as plt
-        # 64-row tiles: Q (72 KB) + one KV page (72 KB) already fill most of the 227 KB; no multi-stage pipeline.
-        extra["compiler_params"] = plt.CompilerParams(num_warps=8 if bm == 64 else 4, num_stages=1 if bm == 64 else 2)
+        # >= 32-row tiles: Q + one 64-token KV page + P already fill most of the 227 KB (measured: a second
+        # pipeline stage asks for 236-272 KB); only 16-row tiles get a 2-stage pipeline.
+        extra["compiler_params"] = plt.CompilerParams(num_warps=8 if bm == 64 else 4, num_stages=1 if bm >= 32 else 2)
     o, lse = pl.pallas_call(
         kernel,
         grid=(b, r_pad // bm),
