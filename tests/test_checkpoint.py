@@ -241,14 +241,17 @@ def test_decoding_resumes_on_another_cp_with_identical_tokens(rng, tmp_path):
     run = []
     for i in range(n + m):   # uninterrupted run, checkpointed after n steps
         if i == n:
-            ck.save_state(tmp_path / "s", state, config=cfg, params=params)
+            ck.save_state(tmp_path / "s", state, config=cfg, params=params,
+                          extra={"prompts": prompts, "tokens": [e for e, _ in run]})
             saved_lens = np.asarray(state.lens)
         state, emitted, num = spec_verify_step(params, state, mesh=m2, config=cfg)
         run.append((np.asarray(emitted), np.asarray(num)))
     assert len({int(x) for _, nums in run for x in nums}) > 1, "acceptance should vary across steps"
     # Resume on cp=4 with page size 8 (fresh params come from the checkpoint).
     cfg4, m4 = cfg.replace(page_size=8), make_cp_mesh(4)
-    state4, params4 = ck.restore_state(tmp_path / "s", mesh=m4, config=cfg4)
+    state4, params4, extra = ck.restore_state(tmp_path / "s", mesh=m4, config=cfg4)
+    np.testing.assert_array_equal(extra["['prompts']"], prompts)
+    assert len([k for k in extra if k.startswith("['tokens']")]) == n
     assert (state4.caches[0].cp_size, state4.caches[0].page_size) == (4, 8)
     for emitted_a, num_a in run[n:]:
         state4, emitted, num = spec_verify_step(params4, state4, mesh=m4, config=cfg4)

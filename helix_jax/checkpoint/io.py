@@ -45,6 +45,7 @@ class Restored(NamedTuple):
     cache: HelixMLACache | None
     params: Any
     state: Any
+    extra: Any
     manifest: dict
 
 
@@ -85,8 +86,8 @@ def _cache_entry(c: HelixMLACache) -> dict:
             "max_committed": int(np.max(np.asarray(c.lens), initial=0))}
 
 
-def save(directory, *, cache: HelixMLACache | None = None, params=None, state=None, model_config=None,
-         metadata: dict | None = None, overwrite: bool = False) -> dict:
+def save(directory, *, cache: HelixMLACache | None = None, params=None, state=None, extra=None,
+         model_config=None, metadata: dict | None = None, overwrite: bool = False) -> dict:
     """Write a checkpoint to ``directory``; returns the manifest.
 
     Args:
@@ -94,13 +95,14 @@ def save(directory, *, cache: HelixMLACache | None = None, params=None, state=No
       params: any pytree of arrays (e.g. model parameters).
       state: any pytree of arrays that may contain :class:`HelixMLACache` leaves and typed PRNG keys
         (a decoding state); restored against a template of the same structure.
+      extra: any pytree of arrays (e.g. token history); restored as ``{key path: array}``.
       model_config: dict / dataclass / NamedTuple describing the model; its hash guards restore.
       metadata: JSON-serializable extras stored in the manifest under ``"metadata"``.
       overwrite: replace an existing ``directory``.
     """
     import orbax.checkpoint as ocp
 
-    items = {"cache": cache, "params": params, "state": state}
+    items = {"cache": cache, "params": params, "state": state, "extra": extra}
     if all(v is None for v in items.values()):
         raise ValueError("save: nothing to save (pass cache=, params= and/or state=)")
     if cache is not None and not _is_cache(cache):
@@ -236,7 +238,8 @@ def restore(directory, *, mesh: Mesh | None = None, page_size: int | None = None
     if "state" in trees and state_like is None:
         raise ValueError("restore: the checkpoint holds a decoding state; pass state_like= (a template state)")
     plans = {item: _plan(item, manifest, like)
-             for item, like in (("params", params_like), ("state", state_like)) if item in trees}
+             for item, like in (("params", params_like), ("state", state_like), ("extra", None))
+             if item in trees}
     if "cache" in trees:
         plans["cache"] = _plan_cache(manifest, mesh=mesh, page_size=page_size, max_len=max_len,
                                      num_pages=num_pages)
@@ -256,7 +259,7 @@ def restore(directory, *, mesh: Mesh | None = None, page_size: int | None = None
         ckptr.close()
     _check_fingerprints(manifest, loaded)
     out = {item: _build(item, manifest, plans[item], loaded[item]) for item in plans}
-    return Restored(out.get("cache"), out.get("params"), out.get("state"), manifest)
+    return Restored(out.get("cache"), out.get("params"), out.get("state"), out.get("extra"), manifest)
 
 
 def _lookup(tree, key: str):

@@ -9,11 +9,13 @@ uninterrupted run produces.
 
 Compatibility: the target and draft model configs must match (hash), and so must the decoding
 rules that shape the state or the token stream (``draft_len``, ``drafting``, ``sampling``,
-``temperature``, ``overlap``). ``page_size``, ``max_len``, ``implementation`` and the mesh may change.
+``temperature``, ``overlap``, ``kv_dtype``). ``page_size``, ``max_len``, ``implementation`` and the
+mesh may change.
 """
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -23,9 +25,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from .io import CheckpointError, _is_cache, _paths, read_manifest, restore, save
 from .relayout import layout_template
 
-__all__ = ["save_state", "restore_state", "spec_model_config", "DECODE_FIELDS"]
+__all__ = ["save_state", "restore_state", "RestoredState", "spec_model_config", "DECODE_FIELDS"]
 
-DECODE_FIELDS = ("draft_len", "drafting", "sampling", "temperature", "overlap")
+DECODE_FIELDS = ("draft_len", "drafting", "sampling", "temperature", "overlap", "kv_dtype")
 _LAYOUT_FIELDS = ("page_size", "max_len", "axis_name", "implementation")
 
 
@@ -34,8 +36,15 @@ def spec_model_config(config) -> dict:
     return {"target": dataclasses.asdict(config.target), "draft": dataclasses.asdict(config.draft)}
 
 
-def save_state(directory, state, *, config, params=None, overwrite: bool = False) -> dict:
-    """Checkpoint a ``SpecState`` (and optionally ``SpecParams``) taken between two verify steps."""
+class RestoredState(NamedTuple):
+    state: object    # SpecState on the requested mesh / layout
+    params: object   # SpecParams (replicated on the mesh) or None
+    extra: dict      # {key path: array} saved with ``extra=`` (empty if none)
+
+
+def save_state(directory, state, *, config, params=None, extra=None, overwrite: bool = False) -> dict:
+    """Checkpoint a ``SpecState`` (and optionally ``SpecParams`` and an ``extra`` pytree of arrays,
+    e.g. prompts and the tokens emitted so far) taken between two verify steps."""
     from ..spec import SpecConfig, SpecState
 
     if not isinstance(state, SpecState):
@@ -43,10 +52,10 @@ def save_state(directory, state, *, config, params=None, overwrite: bool = False
     if not isinstance(config, SpecConfig):
         raise ValueError(f"config must be a helix_jax.spec.SpecConfig, got {type(config).__name__}")
     meta = {"kind": "spec_state",
-            "decode": {f: getattr(config, f) for f in DECODE_FIELDS},
+            "decode": {f: getattr(config, f, None) for f in DECODE_FIELDS},
             "layout": {f: getattr(config, f) for f in _LAYOUT_FIELDS},
             "batch": int(state.lens.shape[0])}
-    return save(directory, state=state, params=params, model_config=spec_model_config(config),
+    return save(directory, state=state, params=params, extra=extra, model_config=spec_model_config(config),
                 metadata=meta, overwrite=overwrite)
 
 
@@ -55,8 +64,8 @@ def _check_decode(manifest, config):
     if meta.get("kind") != "spec_state":
         raise CheckpointError("checkpoint does not hold a speculative-decoding state (saved without save_state)")
     saved = meta["decode"]
-    diff = [f"{f}: checkpoint {saved[f]!r} vs requested {getattr(config, f)!r}"
-            for f in DECODE_FIELDS if saved[f] != getattr(config, f)]
+    diff = [f"{f}: checkpoint {saved.get(f)!r} vs requested {getattr(config, f, None)!r}"
+            for f in DECODE_FIELDS if saved.get(f) != getattr(config, f, None)]
     if diff:
         raise CheckpointError("incompatible decoding config: " + "; ".join(diff))
 
@@ -116,8 +125,8 @@ def _params_template(config, mesh):
 def restore_state(directory, *, mesh: Mesh, config, with_params: bool | None = None):
     """Restore a ``SpecState`` saved by :func:`save_state` onto ``mesh`` with ``config``'s layout.
 
-    Returns ``(state, params)``; ``params`` is ``None`` unless the checkpoint holds them (or
-    ``with_params=True`` demands them). Every check (model config, decoding rules, file digests,
+    Returns :class:`RestoredState` ``(state, params, extra)``; ``params`` is ``None`` unless the
+    checkpoint holds them (``with_params=True`` demands them, ``False`` drops them). Every check (model config, decoding rules, file digests,
     array fingerprints) passes before anything is built; failures raise
     :class:`~helix_jax.checkpoint.CheckpointError`.
     """
@@ -137,4 +146,4 @@ def restore_state(directory, *, mesh: Mesh, config, with_params: bool | None = N
     params_like = _params_template(config, mesh) if has_params else None   # verified even if unwanted
     got = restore(directory, state_like=like, params_like=params_like,
                   model_config=spec_model_config(config))
-    return got.state, (got.params if with_params is not False else None)
+    return RestoredState(got.state, got.params if with_params is not False else None, got.extra or {})
