@@ -271,7 +271,7 @@ def test_calibration_fits_planted_efficiencies(tmp_path):
                                kv_format="bf16")
         t_mem = t.bytes / 4.0e12
         t_math = t.flops / 800e12
-        ms = 1e3 * max(t_mem, t_math) / eff
+        ms = 1e3 * (40e-6 + max(t_mem, t_math) / eff)  # 40 us fixed per call: 3 us launch + 37 us overhead
         recs.append({"backend": "ffi", "kv_dtype": "bf16", "B": B, "L": 65536, "G": G,
                      "H": 128 if G > 1 else 16, "page_size": 64, "ms": ms})
         recs.append({**recs[-1], "backend": "reference", "ms": ms * 3})  # slower backend must be ignored
@@ -294,6 +294,7 @@ def test_calibration_fits_planted_efficiencies(tmp_path):
 
     assert prof.hbm_tb_per_s == 4.0 and prof.matmul_tflop_per_s["bf16"] == 800.0
     assert prof.eff("attn_memory") == pytest.approx(0.6) and prof.eff("attn_compute") == pytest.approx(0.75)
+    assert prof.attn_overhead_us == pytest.approx(37.0)
     assert prof.a2a_latency_us == pytest.approx(12.0, rel=1e-6)
     assert prof.eff("link") * prof.link_gb_per_s == pytest.approx(300.0, rel=1e-6)
     assert len(prof.provenance) == 2

@@ -2,8 +2,8 @@
 
 * ``mla_decode_<date>.json`` ``{"device", "date", "ceilings": {"copy_tb_per_s", "matmul_tflop_per_s"},
   "records": [{"backend", "kv_dtype", "B", "L", "G", "H", "page_size", "ms", ...}]}``: measured ceilings
-  replace the profile's; the achieved attention efficiency is fitted per regime (memory- or compute-bound),
-  from the fastest backend of every shape.
+  replace the profile's; the decode's fixed cost and achieved efficiency per regime (memory- or
+  compute-bound) are fitted to the fastest backend of every shape.
 * ``exchange_<date>.json`` ``{"device", "date", "records": [{"cp", "T", "H", "L", "exchange_ms", "step_ms",
   "exchange_share", "a2a_gb_per_s"}]}``: the all-to-all latency and link efficiency are fitted from
   ``exchange_ms``; ``step_ms`` is what :func:`compare_step_measurements` predicts and checks (target 25 %).
@@ -15,6 +15,8 @@ import math
 import statistics
 from dataclasses import replace
 from pathlib import Path
+
+import numpy as np
 
 from .hardware import DEFAULT_RESULTS_DIR, HardwareProfile, load_profile
 from .latency import (ACT_BYTES, KV_BYTES, STATS_BYTES, a2a_term, exchange_bytes, kv_bytes_per_value,
@@ -81,11 +83,13 @@ def _roof_parts(profile: HardwareProfile, r: dict) -> tuple:
 
 
 def fit_attention_efficiency(profile: HardwareProfile, records) -> dict:
-    """Median achieved fraction of the roofline, separately for memory- and compute-bound shapes.
+    """Fit ``ms = t0 + t_mem / eff_mem`` (memory-bound shapes) or ``t0 + t_math / eff_math`` (compute-bound)
+    to the fastest backend of every shape, by least squares on the relative error.
 
-    Only the fastest backend of each shape counts (the planner assumes the best kernel we have).
-    A regime without samples keeps the profile's value. Returns ``{"attn_memory", "attn_compute",
-    "samples": {...}, "backends": {...}}``.
+    ``t_mem``/``t_math`` are the ideal times at the profile's ceilings; ``t0`` is the decode call's fixed
+    cost (its launch plus ``attn_overhead_us``). A regime without samples keeps the profile's efficiency.
+    Returns ``{"attn_memory", "attn_compute", "attn_overhead_us", "samples", "backends",
+    "median_abs_rel_err", "max_abs_rel_err"}`` (the errors of the fit itself over the records).
     """
     best = {}
     for r in records:
@@ -94,16 +98,34 @@ def fit_attention_efficiency(profile: HardwareProfile, records) -> dict:
         key = (r["kv_dtype"], r["B"], r["L"], r["G"], r["H"], r.get("page_size"))
         if key not in best or r["ms"] < best[key]["ms"]:
             best[key] = r
-    frac = {"attn_memory": [], "attn_compute": []}
-    backends = {}
+    if not best:
+        raise ValueError("no mla_decode record has a kv_dtype the planner knows "
+                         f"({sorted(KV_BYTES)})")
+    rows, ms, backends = [], [], {}
     for r in best.values():
         t_mem, t_math = _roof_parts(profile, r)
-        regime = "attn_memory" if t_mem >= t_math else "attn_compute"
-        frac[regime].append(min(1.0, max(t_mem, t_math) / (r["ms"] * 1e-3)))
+        rows.append((1.0, t_mem, 0.0) if t_mem >= t_math else (1.0, 0.0, t_math))
+        ms.append(r["ms"] * 1e-3)
         backends[r["backend"]] = backends.get(r["backend"], 0) + 1
-    out = {k: (statistics.median(v) if v else profile.eff(k)) for k, v in frac.items()}
-    out["samples"] = {k: len(v) for k, v in frac.items()}
-    out["backends"] = backends
+    X = np.asarray(rows) / np.asarray(ms)[:, None]  # each row divided by its time: relative residuals
+    cols = [0] + [c for c in (1, 2) if X[:, c].any()]
+    if len(ms) <= len(cols):  # too few shapes to separate a fixed cost from the slopes
+        cols = cols[1:]
+    coef = dict(zip(cols, np.linalg.lstsq(X[:, cols], np.ones(len(ms)), rcond=None)[0]))
+    coef.setdefault(0, 0.0)
+    if coef[0] < 0:  # no meaningful fixed cost: refit through the origin
+        cols = cols[1:]
+        coef = {0: 0.0, **dict(zip(cols, np.linalg.lstsq(X[:, cols], np.ones(len(ms)), rcond=None)[0]))}
+    out = {"attn_memory": profile.eff("attn_memory"), "attn_compute": profile.eff("attn_compute")}
+    for c, key in ((1, "attn_memory"), (2, "attn_compute")):
+        if c in coef:
+            out[key] = 1.0 if coef[c] <= 1.0 else 1.0 / coef[c]  # never above the measured ceiling
+    t0 = coef[0]
+    pred = [t0 + rw[1] / out["attn_memory"] + rw[2] / out["attn_compute"] for rw in rows]
+    errs = [abs(p / m - 1.0) for p, m in zip(pred, ms)]
+    out.update(attn_overhead_us=max(0.0, t0 * 1e6 - profile.kernel_launch_us),
+               samples={"attn_memory": sum(1 for rw in rows if rw[1]), "attn_compute": sum(1 for rw in rows if rw[2])},
+               backends=backends, median_abs_rel_err=statistics.median(errs), max_abs_rel_err=max(errs))
     return out
 
 
@@ -177,10 +199,14 @@ def apply_measurements(profile: HardwareProfile, results_dir=DEFAULT_RESULTS_DIR
             upd["matmul_tflop_per_s"] = {**profile.matmul_tflop_per_s, "bf16": float(ceil["matmul_tflop_per_s"])}
         profile = replace(profile, **upd).validate()
         fit = fit_attention_efficiency(profile, data["records"])
-        profile = profile.with_efficiency(attn_memory=fit["attn_memory"], attn_compute=fit["attn_compute"])
-        prov.append(f"{mla.name}: ceilings + attention efficiency (memory {fit['attn_memory']:.3f} from "
-                    f"{fit['samples']['attn_memory']} shapes, compute {fit['attn_compute']:.3f} from "
-                    f"{fit['samples']['attn_compute']} shapes)")
+        profile = replace(profile, attn_overhead_us=fit["attn_overhead_us"]).with_efficiency(
+            attn_memory=fit["attn_memory"], attn_compute=fit["attn_compute"])
+        prov.append(f"{mla.name}: ceilings; decode fit over {sum(fit['samples'].values())} shapes "
+                    f"({', '.join(f'{k} {v}' for k, v in fit['backends'].items())}): memory-bound "
+                    f"{fit['attn_memory']:.3f} ({fit['samples']['attn_memory']} shapes), compute-bound "
+                    f"{fit['attn_compute']:.3f} ({fit['samples']['attn_compute']}), fixed "
+                    f"{fit['attn_overhead_us']:.1f} us + launch; fit error median "
+                    f"{100 * fit['median_abs_rel_err']:.1f} %, max {100 * fit['max_abs_rel_err']:.1f} %")
     ex = latest_result(results_dir, "exchange")
     if ex is not None:
         fit = fit_exchange(profile, read_result(ex, record_keys=_EX_KEYS)["records"])
@@ -251,7 +277,8 @@ def calibration_report(results_dir=DEFAULT_RESULTS_DIR, *, profile="h200") -> di
     ex = latest_result(results_dir, "exchange") if results_dir is not None else None
     out = {"profile": prof.name, "provenance": list(prof.provenance),
            "efficiency": dict(prof.efficiency), "hbm_tb_per_s": prof.hbm_tb_per_s,
-           "matmul_tflop_per_s": dict(prof.matmul_tflop_per_s), "a2a_latency_us": prof.a2a_latency_us}
+           "matmul_tflop_per_s": dict(prof.matmul_tflop_per_s), "a2a_latency_us": prof.a2a_latency_us,
+           "attn_overhead_us": prof.attn_overhead_us}
     if ex is None:
         out["comparison"] = None
         out["status"] = f"no exchange_*.json in {results_dir}: nothing measured to compare with yet"

@@ -32,7 +32,9 @@ class HardwareProfile:
     """One GPU kind and its scale-up domain. Units: GB = 1e9 bytes, TB/s = 1e12 bytes/s, TFLOP/s = 1e12.
 
     ``link_gb_per_s`` is the per-GPU, per-direction bandwidth of the scale-up fabric; the latencies are
-    the fixed cost of one collective; ``kernel_launch_us`` is the fixed cost of every modelled kernel.
+    the fixed cost of one collective; ``kernel_launch_us`` is the fixed cost of every modelled kernel and
+    ``attn_overhead_us`` an extra fixed cost of each MLA decode call (split-KV scheduling and merge; fitted
+    from our benchmarks for the H200).
     """
 
     name: str
@@ -48,6 +50,7 @@ class HardwareProfile:
     a2a_latency_us: float = 10.0
     allreduce_latency_us: float = 10.0
     kernel_launch_us: float = 3.0
+    attn_overhead_us: float = 0.0
     description: str = ""
     notes: tuple = ()
     calibrate_from_results: bool = False
@@ -99,7 +102,7 @@ class HardwareProfile:
             raise ValueError(f"{where}: num_gpus must be a positive int, got {self.num_gpus!r}")
         for k in ("hbm_gb", "hbm_tb_per_s", "link_gb_per_s"):
             _positive(where, k, getattr(self, k))
-        for k in ("a2a_latency_us", "allreduce_latency_us", "kernel_launch_us"):
+        for k in ("a2a_latency_us", "allreduce_latency_us", "kernel_launch_us", "attn_overhead_us"):
             v = getattr(self, k)
             if not _finite(v) or v < 0:
                 raise ValueError(f"{where}: {k} must be a finite number >= 0, got {v!r}")

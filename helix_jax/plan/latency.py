@@ -17,7 +17,7 @@ from .presets import ModelPreset
 
 __all__ = [
     "KV_BYTES", "WEIGHT_BYTES", "ACT_BYTES", "STATS_BYTES", "Layout", "Workload", "Term", "StepResult",
-    "kv_bytes_per_value", "roofline", "mla_decode_term", "gemm_term", "exchange_bytes", "a2a_term",
+    "kv_bytes_per_value", "roofline", "decode_fixed_s", "mla_decode_term", "gemm_term", "exchange_bytes", "a2a_term",
     "combine_term", "allreduce_term", "hopb_exposed", "expected_active_experts", "busiest_routed_tokens",
     "mla_layer_terms", "kda_layer_terms", "ffn_layer_terms", "memory_per_rank", "max_batch_by_memory",
     "validate_layout", "step",
@@ -207,8 +207,13 @@ def mla_decode_term(profile: HardwareProfile, *, batch: int, group: int, heads: 
     peak = profile.matmul_flops_per_s(profile.attention_math.get(kv_format, "bf16"))
     s, bound = roofline(bytes_=kv + qo, flops=flops, bw=profile.hbm_bytes_per_s, peak=peak,
                         eff_mem=profile.eff("attn_memory"), eff_math=profile.eff("attn_compute"),
-                        fixed=profile.kernel_launch_us * 1e-6)
+                        fixed=decode_fixed_s(profile))
     return Term(name, s, kv + qo, flops, bound)
+
+
+def decode_fixed_s(profile: HardwareProfile) -> float:
+    """Fixed seconds of one MLA decode call: a launch plus the kernel's own overhead."""
+    return (profile.kernel_launch_us + profile.attn_overhead_us) * 1e-6
 
 
 def gemm_term(profile: HardwareProfile, *, params: float, tokens: int, weight_format: str, name: str,
@@ -349,8 +354,8 @@ def mla_layer_terms(m: ModelPreset, p: HardwareProfile, lay: Layout, wl: Workloa
             name = "kvp_allgather"
             cb = T * heads_tp * (512 * ACT_BYTES + STATS_BYTES) * lay.kvp + T * heads_tp * 512 * ACT_BYTES
             comb = Term("kvp_combine", fixed + cb / (p.hbm_bytes_per_s * p.eff("elementwise")), cb)
-        s, k = hopb_exposed(attn_s=dec.seconds, fixed_s=fixed, a2a_bytes=a2a_bytes, profile=p, batch=wl.batch,
-                            enabled=wl.hopb)
+        s, k = hopb_exposed(attn_s=dec.seconds, fixed_s=decode_fixed_s(p), a2a_bytes=a2a_bytes, profile=p,
+                            batch=wl.batch, enabled=wl.hopb)
         x = a2a_term(p, a2a_bytes).seconds
         terms += [dec, Term(name, s - dec.seconds, a2a_bytes, 0.0, "link",
                             note=f"exposed part of {1e6 * x:.1f} us; HOP-B chunks={k}"), comb]
