@@ -7,7 +7,8 @@ re-lays the KV pages by the ledger onto any cp / page size. See ``docs/architect
 from .integrity import config_hash, fingerprint
 from .io import FORMAT, FORMAT_VERSION, CheckpointError, Restored, read_manifest, restore, save
 from .relayout import layout_template, relayout_cache
-from .spec_state import restore_state, save_state
+from .spec_state import restore_state, resume_spec_decode, save_spec_run, save_state
 
-__all__ = ["save", "restore", "read_manifest", "relayout_cache", "layout_template", "save_state", "restore_state", "CheckpointError", "Restored",
+__all__ = ["save", "restore", "read_manifest", "relayout_cache", "layout_template", "save_state", "restore_state",
+           "save_spec_run", "resume_spec_decode", "CheckpointError", "Restored",
            "fingerprint", "config_hash", "FORMAT", "FORMAT_VERSION"]

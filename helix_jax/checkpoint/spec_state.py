@@ -25,7 +25,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from .io import CheckpointError, _is_cache, _paths, read_manifest, restore, save
 from .relayout import layout_template
 
-__all__ = ["save_state", "restore_state", "RestoredState", "spec_model_config", "DECODE_FIELDS"]
+__all__ = ["save_state", "restore_state", "RestoredState", "save_spec_run", "resume_spec_decode", "ResumedRun",
+           "spec_model_config", "DECODE_FIELDS"]
 
 DECODE_FIELDS = ("draft_len", "drafting", "sampling", "temperature", "overlap", "kv_dtype")
 _LAYOUT_FIELDS = ("page_size", "max_len", "axis_name", "implementation")
@@ -147,3 +148,71 @@ def restore_state(directory, *, mesh: Mesh, config, with_params: bool | None = N
     got = restore(directory, state_like=like, params_like=params_like,
                   model_config=spec_model_config(config))
     return RestoredState(got.state, got.params if with_params is not False else None, got.extra or {})
+
+
+# -- whole runs: what `python -m helix_jax demo --save DIR / --resume DIR` needs --------------------
+
+def save_spec_run(directory, run, *, prompts, prompt_lens, config, params=None, overwrite: bool = False) -> dict:
+    """Checkpoint a ``helix_jax.spec.SpecRun`` (its final state) with its prompts and token history,
+    so that :func:`resume_spec_decode` can continue it and report the whole sequence."""
+    tokens = run.tokens
+    width = max(len(t) for t in tokens)
+    padded = np.full((len(tokens), width), -1, np.int32)
+    for b, t in enumerate(tokens):
+        padded[b, : len(t)] = t
+    extra = {"prompts": np.asarray(prompts, np.int32), "prompt_lens": np.asarray(prompt_lens, np.int32),
+             "tokens": padded, "num_tokens": np.asarray([len(t) for t in tokens], np.int32),
+             "accepted": np.asarray(run.accepted, np.int32), "positions": np.asarray(run.positions, np.int32)}
+    return save_state(directory, run.state, config=config, params=params, extra=extra, overwrite=overwrite)
+
+
+class ResumedRun(NamedTuple):
+    run: object       # SpecRun: tokens / accepted / positions cover the saved history and the new steps
+    config: object    # the SpecConfig used (max_len raised if the new steps needed room)
+    params: object    # SpecParams from the checkpoint
+    prompts: np.ndarray
+    prompt_lens: np.ndarray
+
+
+def resume_spec_decode(directory, *, mesh: Mesh, config, steps: int, progress=None, on_ready=None) -> ResumedRun:
+    """Restore a run saved by :func:`save_spec_run` onto ``mesh`` / ``config`` (any cp, page size)
+    and decode ``steps`` more verify steps. ``on_ready()`` is called once the step is compiled,
+    ``progress(n_emitted)`` after each step; ``seconds`` counts only the new steps."""
+    import time
+
+    from ..spec import SpecRun, compile_step
+
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"steps must be an int >= 0, got {steps!r}")
+    manifest = read_manifest(directory)
+    committed = max((c["max_committed"] for k, c in manifest["caches"].items() if k.startswith("state/")), default=0)
+    need = committed + (steps + 1) * config.group_len
+    if config.max_len < need:   # room for the new steps (a layout choice, like the page size)
+        config = config.replace(max_len=need)
+    state, params, extra = restore_state(directory, mesh=mesh, config=config, with_params=True)
+    for k in ("['tokens']", "['num_tokens']", "['prompts']", "['prompt_lens']", "['accepted']", "['positions']"):
+        if k not in extra:
+            raise CheckpointError(f"{directory}: not a saved run (no {k[2:-2]}; use save_spec_run)")
+    tokens = [list(map(int, row[:n])) for row, n in zip(extra["['tokens']"], extra["['num_tokens']"])]
+    step = compile_step(params, state, mesh=mesh, config=config)
+    if on_ready is not None:
+        on_ready()
+    acc, pos = [], []
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        pos.append(np.asarray(state.packed_positions[:, 0] if config.overlap else state.lens))
+        state, emitted, num = step(params, state)
+        emitted, num = np.asarray(emitted), np.asarray(num)
+        if np.any(num < 1):
+            raise RuntimeError(f"a verify group overflowed the cache (num_emitted={num.tolist()})")
+        for b, t in enumerate(tokens):
+            t.extend(int(x) for x in emitted[b, : num[b]])
+        acc.append(num - 1)
+        if progress is not None:
+            progress(int(num.sum()))
+    seconds = time.perf_counter() - t0
+    b = len(tokens)
+    accepted = np.concatenate([extra["['accepted']"].reshape(-1, b), np.asarray(acc, np.int32).reshape(-1, b)])
+    positions = np.concatenate([extra["['positions']"].reshape(-1, b), np.asarray(pos, np.int32).reshape(-1, b)])
+    run = SpecRun(tokens, accepted, positions, seconds, state)
+    return ResumedRun(run, config, params, extra["['prompts']"], extra["['prompt_lens']"])
