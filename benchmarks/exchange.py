@@ -124,13 +124,6 @@ def exchange_fn(mesh, variant, chain: int):
     def one(o, l, m):
         if variant == "unpacked":
             return exchange_and_combine_unpacked(o, l, m, axis_name="cp", cp_size=cp)
-        if variant == "ffi_a2a":                                  # experimental fused pack + NCCL a2a
-            from helix_jax.ops.exchange import ffi as exffi
-            b, g, h, d = o.shape
-            recv = exffi.sanitize_pack_all_to_all(o.reshape(b * g, h, d), l.reshape(b * g, h), m.reshape(b * g),
-                                                  cp_size=cp)
-            out, lo = exffi.combine(recv, dtype=o.dtype)
-            return out.reshape(b, g, h // cp, d), lo.reshape(b, g, h // cp)
         impl = "ffi" if variant == "ffi" else "reference"
         return exchange_and_combine(o, l, m, axis_name="cp", cp_size=cp, implementation=impl)
 
@@ -294,7 +287,7 @@ def main(argv=None):
     variants = ("ffi", "packed", "unpacked") if ex.api._backend_module("ffi").availability(jax.default_backend())[0] \
         else ("packed", "unpacked")
     if a.variants:
-        variants = tuple(v for v in a.variants.split(",") if v in variants + ("ffi_a2a",))
+        variants = tuple(v for v in a.variants.split(",") if v in variants)
     devs = jax.devices()
     print(f"devices: {len(devs)} x {devs[0].device_kind}; decode backend {dec}; exchange backend {exch}", flush=True)
     mesh_cp, mesh_1 = make_cp_mesh(a.cp), make_cp_mesh(1)
@@ -303,7 +296,7 @@ def main(argv=None):
     for t in tokens:
         b, g = GROUP_FOR_T[t]
         res, payload = bench_exchange(mesh_cp, t, a.heads, dtype, a.reps, a.wall_n, variants, a.chain)
-        main_v = next((v for v in ("ffi", "packed", "ffi_a2a", "unpacked") if res.get(v, {}).get("kernel_ms")
+        main_v = next((v for v in ("ffi", "packed", "unpacked") if res.get(v, {}).get("kernel_ms")
                        or res.get(v, {}).get("wall_ms")), None)
         if main_v is None:
             print(f"T={t}: no exchange variant ran", flush=True)

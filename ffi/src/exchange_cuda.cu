@@ -10,7 +10,6 @@
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "exchange_common.h"
 
@@ -24,13 +23,10 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// Head group `self_group` (if >= 0) goes to `self_dst` (the chunk's own [T, Hc, W] slot) instead of
-// dst: the fused all-to-all packs its own chunk straight into the receive buffer.
 template <typename Index>
 __global__ void SanitizePackKernel(const uint4* __restrict__ src, const float* __restrict__ lse,
                                    const bool* __restrict__ mask, uint4* __restrict__ dst, Index t_len,
-                                   Index heads, Index hc, Index in_chunks, int self_group = -1,
-                                   uint4* __restrict__ self_dst = nullptr) {
+                                   Index heads, Index hc, Index in_chunks) {
   const Index out_chunks = in_chunks + 1;  // + the chunk holding the LSE
   const Index n = t_len * heads * out_chunks;
   for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < n; i += Index(gridDim.x) * blockDim.x) {
@@ -44,11 +40,7 @@ __global__ void SanitizePackKernel(const uint4* __restrict__ src, const float* _
     } else {
       v = make_uint4(__float_as_uint(m ? -INFINITY : __ldg(lse + r)), 0u, 0u, 0u);
     }
-    if (int(g) == self_group) {
-      self_dst[(t * hc + hh) * out_chunks + c] = v;
-    } else {
-      dst[((g * t_len + t) * hc + hh) * out_chunks + c] = v;
-    }
+    dst[((g * t_len + t) * hc + hh) * out_chunks + c] = v;
   }
 }
 
@@ -237,191 +229,3 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(HelixCombineCuda, CombineCuda,
                                   .Arg<ffi::AnyBuffer>()          // payload [cp, T, Hc, W]
                                   .Ret<ffi::AnyBuffer>()          // out [T, Hc, D]
                                   .Ret<ffi::Buffer<ffi::F32>>());  // lse [T, Hc]
-
-// ---------------------------------------------------------------------------------------------
-// Experimental: sanitize + pack fused with the all-to-all itself (target helix_exchange_a2a).
-// Uses XLA's FFI collectives extension to get this device's NCCL communicator for the cp group
-// (prepare stage: request the clique; execute stage: get the communicator), then packs the own
-// head group straight into the receive buffer and every other group into a workspace result that
-// NCCL send/recv moves to its rank. NCCL is the instance XLA already loaded (dlopen RTLD_NOLOAD):
-// a second copy must never see XLA's communicator.
-// ---------------------------------------------------------------------------------------------
-#include <dlfcn.h>
-
-#include "xla/ffi/api/collectives_c_api.h"
-
-namespace {
-
-struct NcclApi {
-  using Comm = void*;
-  int (*send)(const void*, size_t, int, int, Comm, cudaStream_t) = nullptr;
-  int (*recv)(void*, size_t, int, int, Comm, cudaStream_t) = nullptr;
-  int (*group_start)() = nullptr;
-  int (*group_end)() = nullptr;
-  int (*user_rank)(Comm, int*) = nullptr;
-  int (*count)(Comm, int*) = nullptr;
-  int (*async_error)(Comm, int*) = nullptr;
-  const char* (*error_string)(int) = nullptr;
-  std::string load_error;
-};
-
-const NcclApi& Nccl() {
-  static const NcclApi api = [] {
-    NcclApi a;
-    void* h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD);
-    if (h == nullptr) {
-      a.load_error = "libnccl.so.2 is not loaded in this process";
-      return a;
-    }
-    a.send = reinterpret_cast<decltype(a.send)>(dlsym(h, "ncclSend"));
-    a.recv = reinterpret_cast<decltype(a.recv)>(dlsym(h, "ncclRecv"));
-    a.group_start = reinterpret_cast<decltype(a.group_start)>(dlsym(h, "ncclGroupStart"));
-    a.group_end = reinterpret_cast<decltype(a.group_end)>(dlsym(h, "ncclGroupEnd"));
-    a.user_rank = reinterpret_cast<decltype(a.user_rank)>(dlsym(h, "ncclCommUserRank"));
-    a.count = reinterpret_cast<decltype(a.count)>(dlsym(h, "ncclCommCount"));
-    a.error_string = reinterpret_cast<decltype(a.error_string)>(dlsym(h, "ncclGetErrorString"));
-    a.async_error = reinterpret_cast<decltype(a.async_error)>(dlsym(h, "ncclCommGetAsyncError"));
-    if (!a.send || !a.recv || !a.group_start || !a.group_end || !a.user_rank || !a.count || !a.error_string ||
-        !a.async_error)
-      a.load_error = "libnccl.so.2 lacks ncclSend/ncclRecv/ncclGroupStart/...";
-    return a;
-  }();
-  return api;
-}
-
-constexpr int kNcclUint8 = 1;
-constexpr int kNcclInProgress = 7;  // non-blocking communicators return this until the op is queued
-
-// Waits (bounded) until a non-blocking communicator has queued the group; 0 on success.
-int NcclSettle(const NcclApi& nccl, void* comm, int rc) {
-  for (long spin = 0; rc == kNcclInProgress && spin < 100000000L; ++spin) {
-    int state = 0;
-    if (nccl.async_error(comm, &state) != 0) return -1;
-    rc = state;
-  }
-  return rc;
-}
-
-struct CollectivesCtx {
-  const XLA_FFI_Api* api;
-  const XLA_FFI_Collectives_Extension* ext;
-};
-
-struct HelixCollectives {
-  using Type = CollectivesCtx;
-  using CExtension = XLA_FFI_Collectives_Extension;
-  static constexpr const char* kName = "CollectivesExtension";
-  static constexpr int64_t kExtensionType = XLA_FFI_Extension_Collectives;
-  static constexpr int32_t kMajorVersion = XLA_FFI_Extension_Collectives_MajorVersion;
-  static constexpr int32_t kMinorVersion = XLA_FFI_Extension_Collectives_MinorVersion;
-  // Request/get keep their layout across minor versions (new fields are appended).
-  static bool Support(int32_t major, int32_t minor) { return major == kMajorVersion && minor >= 1; }
-  static Type Create(const XLA_FFI_Api* api, const CExtension* ext) { return {api, ext}; }
-};
-
-ffi::Error TakeError(const XLA_FFI_Api* api, XLA_FFI_Error* err, const char* what) {
-  std::string msg = std::string(what) + ": " + std::string(ffi::internal::GetErrorMessage(api, err));
-  ffi::internal::DestroyError(api, err);
-  return ffi::Error::Internal(msg);
-}
-
-// The cp ranks of the program (flattened ids 0..cp-1: one replica, cp partitions).
-struct Group {
-  std::vector<int64_t> ids;
-  XLA_FFI_ReplicaGroup raw;
-  explicit Group(int64_t cp) : ids(cp) {
-    for (int64_t i = 0; i < cp; ++i) ids[i] = i;
-    raw = XLA_FFI_ReplicaGroup{ids.data(), ids.size()};
-  }
-};
-
-ffi::Error A2APrepare(CollectivesCtx ctx, ffi::AnyBuffer, ffi::Buffer<ffi::F32>, ffi::Buffer<ffi::PRED>,
-                      ffi::Result<ffi::AnyBuffer> recv, ffi::Result<ffi::AnyBuffer>) {
-  Group g(recv->dimensions()[0]);
-  XLA_FFI_Communicator_Request_Args args;
-  args.struct_size = XLA_FFI_Communicator_Request_Args_STRUCT_SIZE;
-  args.extension_start = nullptr;
-  args.group_mode = XLA_FFI_GROUP_FLATTENED_ID;
-  args.groups = &g.raw;
-  args.num_groups = 1;
-  args.communication_id = 0;
-  if (XLA_FFI_Error* err = ctx.ext->request_communicator(ctx.ext, &args))
-    return TakeError(ctx.api, err, "helix_exchange_a2a: request_communicator");
-  return ffi::Error::Success();
-}
-
-ffi::Error A2AExecute(cudaStream_t stream, CollectivesCtx ctx, ffi::AnyBuffer o, ffi::Buffer<ffi::F32> lse,
-                      ffi::Buffer<ffi::PRED> mask, ffi::Result<ffi::AnyBuffer> recv,
-                      ffi::Result<ffi::AnyBuffer> send) {
-  PackShape s{};
-  if (auto e = CheckPack(o, lse.dimensions(), mask.dimensions(), *recv, &s); e.failure()) return e;
-  if (send->size_bytes() != recv->size_bytes())
-    return ffi::Error::InvalidArgument("helix_exchange_a2a: the send workspace must match the receive buffer");
-  const NcclApi& nccl = Nccl();
-  if (!nccl.load_error.empty()) return ffi::Error::Internal("helix_exchange_a2a: " + nccl.load_error);
-  Group g(s.cp);
-  XLA_FFI_Communicator_Get_Args args;
-  args.struct_size = XLA_FFI_Communicator_Get_Args_STRUCT_SIZE;
-  args.extension_start = nullptr;
-  args.group_mode = XLA_FFI_GROUP_FLATTENED_ID;
-  args.groups = &g.raw;
-  args.num_groups = 1;
-  args.communication_id = 0;
-  args.communicator = nullptr;
-  if (XLA_FFI_Error* err = ctx.ext->get_communicator(ctx.ext, &args))
-    return TakeError(ctx.api, err, "helix_exchange_a2a: get_communicator");
-  void* comm = args.communicator;
-  int rank = -1, nranks = 0;
-  if (nccl.user_rank(comm, &rank) != 0 || nccl.count(comm, &nranks) != 0 || nranks != s.cp)
-    return ffi::Error::Internal("helix_exchange_a2a: communicator has " + std::to_string(nranks) +
-                                " ranks, expected cp=" + std::to_string(s.cp));
-  const int64_t in_chunks = s.d * s.itemsize / 16;
-  const int64_t n = s.t * s.h * (in_chunks + 1);
-  const size_t chunk = static_cast<size_t>(s.t * s.hc * s.w * s.itemsize);
-  auto* rbuf = static_cast<char*>(recv->untyped_data());
-  auto* sbuf = static_cast<char*>(send->untyped_data());
-  if (n > 0) {
-    if (n >= (1ll << 31)) return ffi::Error::InvalidArgument("helix_exchange_a2a: payload too large");
-    SanitizePackKernel<uint32_t><<<Blocks(n), kThreads, 0, stream>>>(
-        static_cast<const uint4*>(o.untyped_data()), lse.typed_data(), mask.typed_data(),
-        reinterpret_cast<uint4*>(sbuf), uint32_t(s.t), uint32_t(s.h), uint32_t(s.hc), uint32_t(in_chunks), rank,
-        reinterpret_cast<uint4*>(rbuf + rank * chunk));
-    if (auto e = LaunchStatus("helix_exchange_a2a pack launch"); e.failure()) return e;
-  }
-  if (chunk == 0 || s.cp == 1) return ffi::Error::Success();
-  auto ok = [](int r) { return r == 0 || r == kNcclInProgress; };
-  int rc = nccl.group_start();
-  for (int p = 0; p < s.cp && ok(rc); ++p) {
-    if (p == rank) continue;
-    rc = nccl.send(sbuf + p * chunk, chunk, kNcclUint8, p, comm, stream);
-    if (ok(rc)) rc = nccl.recv(rbuf + p * chunk, chunk, kNcclUint8, p, comm, stream);
-  }
-  const int rc_end = NcclSettle(nccl, comm, nccl.group_end());
-  if (!ok(rc) || rc_end != 0) {
-    const int bad = ok(rc) ? rc_end : rc;
-    return ffi::Error::Internal(std::string("helix_exchange_a2a: NCCL error ") + std::to_string(bad) + ": " +
-                                (bad > 0 ? nccl.error_string(bad) : "async error query failed"));
-  }
-  return ffi::Error::Success();
-}
-
-}  // namespace
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(HelixExchangeA2APrepare, A2APrepare,
-                              ffi::Ffi::BindPrepare()
-                                  .Ctx<ffi::Extension<HelixCollectives>>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::PRED>>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>());
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(HelixExchangeA2AExecute, A2AExecute,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Ctx<ffi::Extension<HelixCollectives>>()
-                                  .Arg<ffi::AnyBuffer>()          // partial_out [T, H, D]
-                                  .Arg<ffi::Buffer<ffi::F32>>()   // lse [T, H]
-                                  .Arg<ffi::Buffer<ffi::PRED>>()  // zero_kv_mask [T]
-                                  .Ret<ffi::AnyBuffer>()          // received payload [cp, T, Hc, W]
-                                  .Ret<ffi::AnyBuffer>());        // send workspace [cp, T, Hc, W]

@@ -62,37 +62,3 @@ def combine(payload, *, dtype):
     outs = (jax.ShapeDtypeStruct((t, hc, d), jnp.dtype(dtype)), jax.ShapeDtypeStruct((t, hc), jnp.float32))
     return jax.ffi.ffi_call(COMBINE_TARGET, outs, vmap_method="sequential")(payload)
 
-
-# --------------------------------------------------------------------------------- experimental
-A2A_TARGET = "helix_exchange_a2a"
-_a2a_registered = False
-
-
-def _ensure_a2a():
-    """Register the fused pack + all-to-all target (CUDA only; prepare and execute stages)."""
-    global _a2a_registered
-    if _a2a_registered:
-        return
-    lib = _ffi.load_library("cuda")
-    stages = {"prepare": jax.ffi.pycapsule(lib.HelixExchangeA2APrepare),
-              "execute": jax.ffi.pycapsule(lib.HelixExchangeA2AExecute)}
-    jax.ffi.register_ffi_target(A2A_TARGET, stages, platform="CUDA")
-    _a2a_registered = True
-
-
-def sanitize_pack_all_to_all(partial_out, lse, zero_kv_mask, *, cp_size: int):
-    """Experimental (GPU, benchmark only): sanitize + pack fused with the all-to-all itself.
-
-    Call inside ``shard_map`` over the whole cp mesh (the target asks XLA's FFI collectives
-    extension for the NCCL communicator of flattened ids ``0..cp-1``). Returns the received
-    payload ``[cp(src), T, Hc, W]``, as ``lax.all_to_all(sanitize_pack(...), axis, 0, 0)`` would.
-    """
-    _check_dtype(partial_out.dtype, "partial_out")
-    _ensure_a2a()
-    t, h, d = partial_out.shape
-    shape = (cp_size, t, h // cp_size, d + pad_elems(partial_out.dtype))
-    cont = container_dtype(partial_out.dtype)
-    recv, _ = jax.ffi.ffi_call(A2A_TARGET, (jax.ShapeDtypeStruct(shape, cont), jax.ShapeDtypeStruct(shape, cont)),
-                               vmap_method="sequential")(partial_out, lse.astype(jnp.float32),
-                                                         jnp.asarray(zero_kv_mask, bool))
-    return recv
