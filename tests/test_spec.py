@@ -99,6 +99,7 @@ def test_greedy_spec_equals_greedy_decoding(models, prompts, oracle, cp, k, page
     g = k + 1
     pos = run.positions.reshape(-1)
     assert np.array_equal(run.positions[0], PROMPT_LENS)
+    np.testing.assert_array_equal(run.positions[1:], run.positions[:-1] + run.accepted[:-1] + 1)
     assert any(len({(p + j) // page for j in range(g)}) > 1 for p in pos)
     if cp > 1:
         assert any(len({((p + j) // page) % cp for j in range(g)}) > 1 for p in pos)
@@ -357,3 +358,60 @@ def test_demo_bad_flags_exit_2():
     assert p.returncode == 2 and "draft_len must be in [1, 7]" in p.stderr
     p = _demo("--check", "--sampling", "rejection")
     assert p.returncode == 2 and "--check" in p.stderr
+
+
+def test_drafter_cache_is_cp_free_and_consistent(models, prompts):
+    """The drafter KV is replicated on every rank (never ledger-sharded) and, for every committed
+    position, equals the drafter's own plain causal forward of the committed sequence."""
+    run = _run(models, prompts, 4, 3, 4, True)
+    lens = np.asarray(run.state.lens)
+    for layer in run.state.draft_cache.layers:
+        assert layer.c_latent.sharding.is_fully_replicated
+        assert layer.c_latent.shape[:2] == (len(lens), _config(3, 4, True).max_len)
+    seqs = np.zeros((len(lens), lens.max()), np.int32)
+    for b in range(len(lens)):
+        seqs[b, : lens[b]] = (list(prompts[b, : PROMPT_LENS[b]]) + run.tokens[b])[: lens[b]]
+    graphdef, state = nnx.split(models[1])
+    _, kvs = jax.jit(lambda s, x: nnx.merge(graphdef, s)(x))(state, jnp.asarray(seqs))
+    for layer, (c, k) in zip(run.state.draft_cache.layers, kvs):
+        for b in range(len(lens)):
+            np.testing.assert_allclose(np.asarray(layer.c_latent)[b, : lens[b]], np.asarray(c)[b, : lens[b]],
+                                       rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(np.asarray(layer.k_rope)[b, : lens[b]], np.asarray(k)[b, : lens[b]],
+                                       rtol=1e-5, atol=1e-5)
+
+
+def test_rejected_drafts_kv_left_in_place(models, prompts):
+    """Commit only moves the length: the KV of rejected drafts stays in the target cache beyond the
+    committed length (to be overwritten), it is not erased."""
+    run = _run(models, prompts, 2, 3, 4, True)
+    lens = np.asarray(run.state.lens)
+    last_p0 = lens - 1 - run.accepted[-1]
+    np.testing.assert_array_equal(last_p0, run.positions[-1])
+    lat, _ = run.state.caches[0].to_global(int((last_p0 + 4).max()))
+    for b in range(len(lens)):
+        if run.accepted[-1, b] < 3:                      # some draft of the last group was rejected
+            assert np.abs(lat[b, lens[b]]).sum() > 0
+
+
+def test_overflowing_group_emits_nothing(models, prompts):
+    """Stepping past the cache: the row whose group no longer fits emits 0 tokens and keeps its
+    state; the other rows go on."""
+    cfg = _config(1, 64, True)
+    mesh = hj.make_cp_mesh(1)
+    run = _run(models, prompts, 1, 1, 64, True)
+    step = hj.spec.compile_step(models[2], run.state, mesh=mesh, config=cfg)
+    state, seen_overflow = run.state, False
+    for _ in range(2 * cfg.max_len):
+        before = np.asarray(state.lens)
+        state, emitted, num = step(models[2], state)
+        num, emitted = np.asarray(num), np.asarray(emitted)
+        over = num == 0
+        np.testing.assert_array_equal(np.asarray(state.lens)[over], before[over])
+        assert (emitted[over] == -1).all()
+        if over[1]:
+            seen_overflow = True
+            assert not over[2]
+            break
+    assert seen_overflow
+    assert cfg.max_len - 2 < np.asarray(state.lens)[1] <= cfg.max_len      # next group [lens, lens+1] no longer fits

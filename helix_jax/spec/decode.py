@@ -54,7 +54,7 @@ def run_spec_decode(params: SpecParams, prompts, prompt_lens, *, mesh, config: S
         on_ready()
     t_start = time.perf_counter()
     for _ in range(steps):
-        pos.append(np.asarray(state.packed_positions[:, 0] if config.overlap else state.lens))
+        pos.append(np.asarray(state.lens))          # true p0 (overlap mode derives it on device)
         state, emitted, num = step(params, state)
         emitted, num = np.asarray(emitted), np.asarray(num)
         if np.any(num < 1):
