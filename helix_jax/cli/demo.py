@@ -37,6 +37,10 @@ def add_arguments(p):
                    help="exit 1 unless the tokens equal plain greedy decoding (cp=1, no drafts)")
     p.add_argument("--json", action="store_true", help="print one JSON summary object last")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--save", metavar="DIR", default=None,
+                   help="after the run, checkpoint the decoding state, params and tokens to DIR (Orbax)")
+    p.add_argument("--resume", metavar="DIR", default=None,
+                   help="continue a run saved with --save (any --cp / --page-size) for --steps more steps")
 
 
 def _default_cp(jax, heads):
@@ -99,13 +103,32 @@ def run(args) -> int:
         bars.append(tqdm(total=args.steps, desc=f"spec-verify cp={cp} k={args.draft_len}", unit="step",
                          file=sys.stderr, disable=args.no_progress))
 
-    res = run_spec_decode(params, prompts, lens, mesh=mesh, config=config, steps=args.steps, seed=args.seed,
-                          progress=lambda n: bars[0].update(1), on_ready=ready)
+    if args.resume:
+        from helix_jax.checkpoint import CheckpointError, resume_spec_decode
+        try:
+            resumed = resume_spec_decode(args.resume, mesh=mesh, config=config, steps=args.steps,
+                                         progress=lambda n: bars[0].update(1), on_ready=ready)
+        except (CheckpointError, ValueError) as e:
+            print(f"error: --resume {args.resume}: {e}", file=sys.stderr)
+            return 2
+        res, config, prompts, lens = resumed.run, resumed.config, resumed.prompts, resumed.prompt_lens
+    else:
+        res = run_spec_decode(params, prompts, lens, mesh=mesh, config=config, steps=args.steps, seed=args.seed,
+                              progress=lambda n: bars[0].update(1), on_ready=ready)
     bars[0].close()
+    if args.save:
+        import pathlib
+
+        from helix_jax.checkpoint import save_spec_run
+        # Replace DIR only when it already holds a checkpoint (never an unrelated folder).
+        again = (pathlib.Path(args.save) / "manifest.json").is_file()
+        save_spec_run(args.save, res, prompts=prompts, prompt_lens=lens, config=config, params=params, overwrite=again)
+        print(f"saved the decoding state after {len(res.accepted)} steps to {args.save}", file=sys.stderr)
 
     emitted = int((res.accepted + 1).sum())
     mean_len = float((res.accepted + 1).mean())
-    tps = emitted / res.seconds if res.seconds > 0 else float("inf")
+    new_emitted = int((res.accepted[len(res.accepted) - args.steps:] + 1).sum())   # this invocation's steps
+    tps = new_emitted / res.seconds if res.seconds > 0 else float("inf")
     ref = greedy_reference(target, prompts, lens, max(len(t) for t in res.tokens))
     identical = all(t == ref[b, : len(t)].tolist() for b, t in enumerate(res.tokens))
     g = config.group_len
