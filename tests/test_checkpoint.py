@@ -142,6 +142,9 @@ def test_incompatible_model_config_is_refused(rng, tmp_path):
         ck.restore(tmp_path / "c", max_len=8)
     with pytest.raises(ValueError, match="exists and is not empty"):
         ck.save(tmp_path / "c", cache=c)
+    ck.save(tmp_path / "c", cache=c, model_config=dict(CONFIG, heads=16), overwrite=True)
+    assert ck.read_manifest(tmp_path / "c")["model_config"]["heads"] == 16
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c", "n"]   # no temporary folders left
 
 
 def _data_files(root: Path):

@@ -7,7 +7,8 @@ On-disk layout of a checkpoint directory ``DIR``::
     DIR/manifest.json  written last: format version, model config + hash, per-cache layout
                        (cp, page size, pages), per-array shape/dtype/fingerprint, sha256 of every file
 
-A checkpoint without ``manifest.json`` is incomplete. Restore checks the manifest, the model config
+The checkpoint is written in a sibling folder and renamed into place; a checkpoint without
+``manifest.json`` is incomplete. Restore checks the manifest, the model config
 and every file digest *before* reading any array, then checks every array fingerprint after reading
 and before building anything; any failure raises :class:`CheckpointError` and returns nothing.
 """
@@ -108,10 +109,8 @@ def save(directory, *, cache: HelixMLACache | None = None, params=None, state=No
     if cache is not None and not _is_cache(cache):
         raise ValueError(f"cache must be a HelixMLACache, got {type(cache).__name__}")
     directory = Path(directory)
-    if directory.exists() and any(directory.iterdir()):
-        if not overwrite:
-            raise ValueError(f"directory {directory} exists and is not empty (pass overwrite=True)")
-        shutil.rmtree(directory)
+    if directory.exists() and any(directory.iterdir()) and not overwrite:
+        raise ValueError(f"directory {directory} exists and is not empty (pass overwrite=True)")
     manifest = {"format": FORMAT, "format_version": FORMAT_VERSION,
                 "model_config": config_dict(model_config), "model_config_hash": config_hash(model_config),
                 "metadata": json.loads(json.dumps(metadata if metadata is not None else {})),
@@ -137,17 +136,26 @@ def save(directory, *, cache: HelixMLACache | None = None, params=None, state=No
         entry["fingerprint"] = fp
     if cache is not None:   # top-level summary of the primary cache
         manifest.update(cp_size=cache.cp_size, page_size=cache.page_size, kv_layout=KV_LAYOUT)
-    directory.mkdir(parents=True, exist_ok=True)
+    # Write beside the target and swap at the end: an old checkpoint survives a failed overwrite.
+    work = directory.with_name(f".{directory.name}.saving-{os.getpid()}")
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
     ckptr = ocp.StandardCheckpointer()
     try:
-        ckptr.save(directory / "arrays", tree)
+        ckptr.save(work / "arrays", tree)
         ckptr.wait_until_finished()
     finally:
         ckptr.close()
-    manifest["files"] = {f"arrays/{k}": v for k, v in file_digests(directory / "arrays").items()}
-    tmp = directory / "manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    os.replace(tmp, directory / "manifest.json")   # atomic: the manifest marks completion
+    manifest["files"] = {f"arrays/{k}": v for k, v in file_digests(work / "arrays").items()}
+    (work / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    if directory.exists():
+        old = directory.with_name(f".{directory.name}.old-{os.getpid()}")
+        os.replace(directory, old)
+        os.replace(work, directory)
+        shutil.rmtree(old)
+    else:
+        os.replace(work, directory)
     return manifest
 
 
