@@ -321,11 +321,11 @@ def test_gpu_exchange_across_gpus(rng):
         _run_exchange("ffi", dtype, rng, cp, 4, 4, 16, devices=devs)
 
 
-@pytest.mark.gpu
-def test_gpu_helix_cp2_matches_cp1_and_float64(rng):
-    """helix_mla_attention(implementation='ffi') in bf16 on 2 GPUs vs 1 GPU vs float64 dense."""
+def _helix_cp2_check(seed=0):
+    """helix_mla_attention(implementation='ffi') in bf16 on 2 GPUs vs 1 GPU vs float64 dense; raises on mismatch."""
     import helix_jax as hj
     from helix_jax.cli.attention_check import dense_reference
+    rng = np.random.default_rng(seed)
     devs = _gpu_devices()
     assert len(devs) >= 2, "needs 2 GPUs"
     b, g, h, page, max_len = 3, 4, 128, 64, 1024
@@ -344,6 +344,29 @@ def test_gpu_helix_cp2_matches_cp1_and_float64(rng):
         outs[cp] = np.asarray(out.astype(jnp.float32), np.float64)
         assert np.isfinite(outs[cp]).all() and np.isfinite(np.asarray(lse)).all()
     ref = dense_reference(np.asarray(q.astype(jnp.float32)), np.asarray(kv.astype(jnp.float32)), pos, scale)
-    for cp, o in outs.items():
-        assert np.linalg.norm(o - ref) / np.linalg.norm(ref) < 1e-2, cp
-    assert np.linalg.norm(outs[2] - outs[1]) / np.linalg.norm(outs[1]) < 1e-2
+    errs = {cp: float(np.linalg.norm(o - ref) / np.linalg.norm(ref)) for cp, o in outs.items()}
+    errs["cp2_vs_cp1"] = float(np.linalg.norm(outs[2] - outs[1]) / np.linalg.norm(outs[1]))
+    print("relative L2 errors:", errs)
+    assert max(errs.values()) < 1e-2, errs
+
+
+@pytest.mark.gpu
+def test_gpu_helix_cp2_matches_cp1_and_float64():
+    """Runs in a child process: a backend failing on one GPU makes XLA abort the whole process at the
+    all-to-all rendezvous, which must fail this test, not take the pytest session down."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+    _gpu_devices()
+    root = str(pathlib.Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    r = subprocess.run([sys.executable, __file__, "--helix-cp2-check"], capture_output=True, text=True, timeout=240,
+                       env=env)
+    assert r.returncode == 0, f"exit {r.returncode}:\n{(r.stdout + r.stderr)[-4000:]}"
+
+
+if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] == ["--helix-cp2-check"]:
+        _helix_cp2_check()
