@@ -18,6 +18,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -485,12 +486,18 @@ int KernelModeFromEnv() {
 
 template <bool kBf16, int kMode>
 cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtiles, cudaStream_t stream) {
-  static std::once_flag once;
-  static cudaError_t attr_err = cudaSuccess;
-  std::call_once(once, [] {
-    attr_err = cudaFuncSetAttribute(mla_split_kv<kBf16, kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-  });
-  if (attr_err != cudaSuccess) return attr_err;
+  // The >48 KB shared-memory opt-in is per device: set it once for each device this process launches on
+  // (a once-per-process flag left every GPU but the first failing the launch).
+  static std::atomic<uint64_t> ready{0};
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  const uint64_t bit = dev < 64 ? (1ull << dev) : 0;
+  if (bit == 0 || !(ready.load(std::memory_order_acquire) & bit)) {
+    err = cudaFuncSetAttribute(mla_split_kv<kBf16, kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+    if (err != cudaSuccess) return err;
+    ready.fetch_or(bit, std::memory_order_acq_rel);
+  }
   mla_split_kv<kBf16, kMode><<<dim3(num_parts, mtiles), kThreads, kSmemBytes, stream>>>(p, s);
   return cudaGetLastError();
 }
