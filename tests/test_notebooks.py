@@ -69,7 +69,7 @@ def test_notebook_runs(name, tmp_path):
     if name.startswith("01"):
         assert text.count("matches the spec") == 4
     else:
-        assert "max |helix trace - dense attention|" in text
+        assert "max |helix trace - dense attention|" in text and "identical to greedy decoding" in text
 
 
 def _synthetic_results(folder: Path):
