@@ -286,10 +286,15 @@ def test_calibration_fits_planted_efficiencies(tmp_path):
         ex_ms = 1e3 * (12e-6 + parts["a2a_bytes"] / 300e9 + parts["pack"] + parts["combine"])
         ex.append({"cp": 2, "T": T, "H": 128, "L": 65536, "exchange_ms": ex_ms, "step_ms": 1.0})
     ex.append({"cp": 1, "T": 8, "H": 128, "L": 65536, "exchange_ms": 0.0, "step_ms": 0.5})
+    ex.append({"cp": 2, "T": 8, "H": 128, "L": 65536, "exchange_ms": None, "step_ms": None})  # not measured
     _write(tmp_path / "exchange_2026-11-30.json", {"device": "H200", "date": "2026-11-30", "records": ex})
-    prof = load_profile("h200", results_dir=tmp_path)  # the fit reads exchange_ms only
-    for r in ex[:4]:  # measured steps planted 10 % above the calibrated prediction
-        r["step_ms"] = 1.1e3 * cal.predict_helix_step(prof, cp=2, T=r["T"], H=128, L=65536)["step"]
+    # A GPU-timed side experiment with another name must not be picked over the canonical file.
+    _write(tmp_path / "exchange_zz_side_2026-12-05.json", {"device": "H200", "records": [{**ex[0], "step_ms": 9e9}]})
+    prof = load_profile("h200", results_dir=tmp_path)  # the exchange fit reads exchange_ms only
+    # The step comparison predicts the exchange from the link defaults (out of sample): plant 10 % above that.
+    dec_only = cal.apply_measurements(load_profile("h200", results_dir=None), tmp_path, use_exchange=False)
+    for r in ex[:4]:
+        r["step_ms"] = 1.1e3 * cal.predict_helix_step(dec_only, cp=2, T=r["T"], H=128, L=65536)["step"]
     _write(tmp_path / "exchange_2026-11-30.json", {"device": "H200", "date": "2026-11-30", "records": ex})
 
     assert prof.hbm_tb_per_s == 4.0 and prof.matmul_tflop_per_s["bf16"] == 800.0
@@ -297,18 +302,31 @@ def test_calibration_fits_planted_efficiencies(tmp_path):
     assert prof.attn_overhead_us == pytest.approx(37.0)
     assert prof.a2a_latency_us == pytest.approx(12.0, rel=1e-6)
     assert prof.eff("link") * prof.link_gb_per_s == pytest.approx(300.0, rel=1e-6)
-    assert len(prof.provenance) == 2
+    assert len(prof.provenance) == 2 and dec_only.a2a_latency_us == 10.0
 
     rep = cal.calibration_report(tmp_path)
-    rows = rep["comparison"]["rows"]
+    c = rep["comparison"]
+    assert c["file"] == "exchange_2026-11-30.json" and c["steps"] == 5  # the unmeasured record is skipped
+    rows = c["rows"]
     assert [r["rel_err"] for r in rows[:4]] == pytest.approx([1 / 1.1 - 1] * 4, rel=1e-6)
-    assert rep["comparison"]["within_target"] is False  # the cp=1 row is far off on purpose
-    cp1 = cal.predict_helix_step(prof, cp=1, T=8, H=128, L=65536)
+    assert c["within_target"] is False  # the cp=1 row is far off on purpose
+    cp1 = cal.predict_helix_step(dec_only, cp=1, T=8, H=128, L=65536)
     assert cp1["helix_a2a"] == 0 and rows[4]["rel_err"] == pytest.approx(1e3 * cp1["step"] / 0.5 - 1)
     # cp=1 step = metadata + decode of the whole 64K + pack + combine (3 us launches, 0.8 elementwise).
     dec = lt.mla_decode_term(prof, batch=8, group=1, heads=128, tokens_per_rank=65536, kv_format="bf16").seconds
     pack_comb = (8 * 128 * (1028 + 1040) + 8 * 128 * (1040 + 1028)) / (4.0e12 * 0.8)
     assert cp1["step"] == pytest.approx(3e-6 * 3 + dec + pack_comb)
+    # The exchange model: planted latency 12 us vs the 10 us default -> the fitted profile differs.
+    assert rep["with_exchange_fit"]["median_abs_rel_err"] != pytest.approx(c["median_abs_rel_err"])
+
+    # A step composed by the benchmark from a named decode run is checked against that run's calibration.
+    old = [{**r, "ms": r["ms"] * 2} for r in recs]
+    _write(tmp_path / "mla_decode_2026-11-29_old.json", {"device": "H200", "records": old})
+    _write(tmp_path / "exchange_2026-11-30.json", {"device": "H200", "records": ex,
+                                                   "sources": {"decode": "mla_decode_2026-11-29_old.json"}})
+    c2 = cal.calibration_report(tmp_path)["comparison"]
+    assert c2["decode_calibrated_from"] == "mla_decode_2026-11-29_old.json"
+    assert c2["rows"][3]["predicted_decode_ms"] == pytest.approx(2 * rows[3]["predicted_decode_ms"], rel=0.05)
 
 
 def test_calibration_ignores_nan_ceilings(tmp_path):
@@ -329,9 +347,8 @@ def test_calibration_skips_cpu_timed_results(tmp_path):
     _write(tmp_path / "exchange_2026-11-30.json", {"device": "NVIDIA H200; 2 gpu device(s)", "records": [rec]})
     assert cal.latest_result(tmp_path, "exchange").name == "exchange_2026-11-30.json"
     row = cal.calibration_report(tmp_path)["comparison"]["rows"][0]
-    # B and G are taken from the record: 2 sequences x 4 tokens.
-    prof = load_profile("h200", results_dir=tmp_path)
-    pred = cal.predict_helix_step(prof, cp=2, T=8, H=128, L=1024, B=2, G=4)
+    # B and G are taken from the record: 2 sequences x 4 tokens (no decode results: profile defaults).
+    pred = cal.predict_helix_step(load_profile("h200", results_dir=None), cp=2, T=8, H=128, L=1024, B=2, G=4)
     assert row["predicted_ms"] == pytest.approx(1e3 * pred["step"])
 
 

@@ -71,10 +71,18 @@ def _run_calibrate(args) -> int:
     if c is None:
         print(rep["status"])
         return 0
-    print(f"Helix step, predicted vs measured ({c['file']}; {c['assumed_group']}):")
+    print(f"Helix step, predicted vs measured ({c['file']}; decode calibrated from "
+          f"{c['decode_calibrated_from']}, exchange from link defaults; {c['assumed_group']}):")
     for r in c["rows"]:
-        print(f"  cp={r['cp']} T={r['T']:4d} H={r['H']} L={r['L']}: measured {r['measured_ms']:.4f} ms, "
-              f"predicted {r['predicted_ms']:.4f} ms ({100 * r['rel_err']:+.1f} %)")
+        ex = (f"; exchange {r['measured_exchange_ms']:.4f} vs {r['predicted_exchange_ms']:.4f} ms "
+              f"({100 * r['exchange_rel_err']:+.0f} %)" if "exchange_rel_err" in r else "")
+        print(f"  cp={r['cp']} T={r['T']:4d} (B={r['B']}, G={r['G']}) L={r['L']}: measured "
+              f"{r['measured_ms']:.4f} ms{' (estimate)' if r['estimated'] else ''}, predicted "
+              f"{r['predicted_ms']:.4f} ms ({100 * r['rel_err']:+.1f} %){ex}")
+    if c["estimated_steps"]:
+        print(f"  {c['estimated_steps']} of {c['steps']} step times are estimates composed by the benchmark")
+    w = rep["with_exchange_fit"]
+    print(f"  with the all-to-all fitted from the same file: max |error| {100 * w['max_abs_rel_err']:.1f} %")
     print(f"max |error| {100 * c['max_abs_rel_err']:.1f} % (target {100 * c['target']:.0f} %): {rep['status']}")
     return 0
 

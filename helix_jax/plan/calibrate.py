@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -42,9 +43,19 @@ def is_gpu_result(data: dict) -> bool:
 
 
 def latest_result(results_dir, prefix: str) -> Path | None:
-    """Newest GPU-timed ``<prefix>_<date>.json`` in ``results_dir`` (ISO dates sort by name), or None."""
+    """The GPU-timed results file to calibrate from, or None.
+
+    The canonical ``<prefix>_<YYYY-MM-DD>.json`` files come first, newest date first; variant files
+    (``<prefix>_<label>_<date>.json``, e.g. side experiments) only when no canonical one is GPU-timed.
+    """
     d = Path(results_dir)
-    for f in (sorted(d.glob(f"{prefix}_*.json"), reverse=True) if d.is_dir() else []):
+    if not d.is_dir():
+        return None
+    files = list(d.glob(f"{prefix}_*.json"))
+    canon = re.compile(rf"^{re.escape(prefix)}_(\d{{4}}-\d{{2}}-\d{{2}})\.json$")
+    ordered = sorted((f for f in files if canon.match(f.name)), key=lambda f: f.name, reverse=True)
+    ordered += sorted((f for f in files if not canon.match(f.name)), key=lambda f: f.name, reverse=True)
+    for f in ordered:
         try:
             data = json.loads(f.read_text())
         except json.JSONDecodeError:
@@ -68,8 +79,10 @@ def read_result(path, *, record_keys) -> dict:
         missing = [k for k in record_keys if k not in r]
         if missing:
             raise ValueError(f"{path.name}: record {i} is missing {missing}")
-        if not r["ms" if "ms" in record_keys else "step_ms"] > 0:
-            raise ValueError(f"{path.name}: record {i} has a non-positive time")
+        for k in ("ms", "step_ms", "exchange_ms"):  # None = not measured; a number must be a real time
+            v = r.get(k)
+            if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"{path.name}: record {i} has {k}={v!r}, expected a time in ms")
     return data
 
 
@@ -93,7 +106,7 @@ def fit_attention_efficiency(profile: HardwareProfile, records) -> dict:
     """
     best = {}
     for r in records:
-        if r["kv_dtype"] not in KV_BYTES:
+        if r["kv_dtype"] not in KV_BYTES or not r["ms"]:
             continue
         key = (r["kv_dtype"], r["B"], r["L"], r["G"], r["H"], r.get("page_size"))
         if key not in best or r["ms"] < best[key]["ms"]:
@@ -151,7 +164,9 @@ def our_exchange_parts(profile: HardwareProfile, *, T: int, H: int, cp: int) -> 
 
 
 def fit_exchange(profile: HardwareProfile, records) -> dict | None:
-    """Least-squares ``exchange_ms - pack - combine = latency + bytes / bw`` over the cp > 1 records.
+    """Least-squares ``a2a = latency + bytes / bw`` over the cp > 1 records; ``a2a`` is the record's
+    measured all-to-all part (``exchange_parts_ms["a2a"]``) or else ``exchange_ms`` minus the modelled
+    pack and combine.
 
     Returns ``{"a2a_latency_us", "link_gb_per_s", "link"}`` (link = efficiency against
     ``link_gb_per_s``) or None without cp > 1 records.
@@ -162,7 +177,9 @@ def fit_exchange(profile: HardwareProfile, records) -> dict | None:
         if cp < 2 or r.get("exchange_ms") is None:
             continue
         ex = our_exchange_parts(profile, T=T, H=H, cp=cp)
-        pts.append((ex["a2a_bytes"], max(0.0, r["exchange_ms"] * 1e-3 - ex["pack"] - ex["combine"]), r))
+        a2a_ms = (r.get("exchange_parts_ms") or {}).get("a2a")
+        y = a2a_ms * 1e-3 if a2a_ms else max(0.0, r["exchange_ms"] * 1e-3 - ex["pack"] - ex["combine"])
+        pts.append((ex["a2a_bytes"], y, r))
     if not pts:
         return None
     xs = [p[0] for p in pts]
@@ -185,10 +202,14 @@ def fit_exchange(profile: HardwareProfile, records) -> dict | None:
     return {"a2a_latency_us": lat * 1e6, "link_gb_per_s": link / 1e9, "link": bw / link}
 
 
-def apply_measurements(profile: HardwareProfile, results_dir=DEFAULT_RESULTS_DIR) -> HardwareProfile:
-    """The profile with ceilings and efficiencies from the newest results files (unchanged if none)."""
+def apply_measurements(profile: HardwareProfile, results_dir=DEFAULT_RESULTS_DIR, *,
+                       use_exchange: bool = True, mla_file=None) -> HardwareProfile:
+    """The profile with ceilings and efficiencies from the newest results files (unchanged if none).
+
+    ``use_exchange=False`` keeps the profile's link numbers (an out-of-sample check of the exchange);
+    ``mla_file`` picks a specific decode results file instead of the newest canonical one."""
     prov = list(profile.provenance)
-    mla = latest_result(results_dir, "mla_decode")
+    mla = Path(mla_file) if mla_file is not None else latest_result(results_dir, "mla_decode")
     if mla is not None:
         data = read_result(mla, record_keys=_MLA_KEYS)
         ceil = data.get("ceilings") or {}
@@ -207,7 +228,7 @@ def apply_measurements(profile: HardwareProfile, results_dir=DEFAULT_RESULTS_DIR
                     f"{fit['attn_compute']:.3f} ({fit['samples']['attn_compute']}), fixed "
                     f"{fit['attn_overhead_us']:.1f} us + launch; fit error median "
                     f"{100 * fit['median_abs_rel_err']:.1f} %, max {100 * fit['max_abs_rel_err']:.1f} %")
-    ex = latest_result(results_dir, "exchange")
+    ex = latest_result(results_dir, "exchange") if use_exchange else None
     if ex is not None:
         fit = fit_exchange(profile, read_result(ex, record_keys=_EX_KEYS)["records"])
         if fit is not None:
@@ -255,35 +276,68 @@ def predict_helix_step(profile: HardwareProfile, *, cp: int, T: int, H: int, L: 
 
 
 def compare_step_measurements(profile: HardwareProfile, records, *, target: float = TARGET_REL_ERR) -> dict:
-    """Predicted vs measured ``step_ms`` for every exchange record; relative error = pred / meas - 1."""
+    """Predicted vs measured ``step_ms`` (and ``exchange_ms`` at cp > 1) for every record with a step time.
+
+    Relative error = predicted / measured - 1. Records flagged ``step_ms_estimated`` (a step composed from
+    separately measured parts) are compared too and counted apart.
+    """
     rows = []
     for r in records:
+        if r.get("step_ms") is None:
+            continue
         pred = predict_helix_step(profile, cp=int(r["cp"]), T=int(r["T"]), H=int(r["H"]), L=int(r["L"]),
                                   B=r.get("B"), G=r.get("G"), kv_format=r.get("kv_dtype", "bf16"))
         meas = float(r["step_ms"])
-        rows.append({"cp": int(r["cp"]), "T": int(r["T"]), "H": int(r["H"]), "L": int(r["L"]),
-                     "measured_ms": meas, "predicted_ms": 1e3 * pred["step"],
-                     "predicted_exchange_ms": 1e3 * pred["exchange"], "measured_exchange_ms": r.get("exchange_ms"),
-                     "rel_err": 1e3 * pred["step"] / meas - 1.0})
+        row = {"cp": int(r["cp"]), "T": int(r["T"]), "B": r.get("B"), "G": r.get("G"), "H": int(r["H"]),
+               "L": int(r["L"]), "measured_ms": meas, "predicted_ms": 1e3 * pred["step"],
+               "predicted_decode_ms": 1e3 * pred["mla_decode"], "rel_err": 1e3 * pred["step"] / meas - 1.0,
+               "estimated": bool(r.get("step_ms_estimated", False))}
+        if int(r["cp"]) > 1 and r.get("exchange_ms"):
+            row.update(measured_exchange_ms=r["exchange_ms"], predicted_exchange_ms=1e3 * pred["exchange"],
+                       exchange_rel_err=1e3 * pred["exchange"] / r["exchange_ms"] - 1.0)
+        rows.append(row)
+    if not rows:
+        raise ValueError("no record has a measured step_ms to compare with")
     errs = [abs(x["rel_err"]) for x in rows]
     return {"rows": rows, "max_abs_rel_err": max(errs), "median_abs_rel_err": statistics.median(errs),
             "within_target": all(e <= target for e in errs), "target": target,
-            "assumed_group": "records without B/G are read as G = 1, B = T"}
+            "estimated_steps": sum(x["estimated"] for x in rows), "steps": len(rows),
+            "assumed_group": "B and G from the records (absent: G = 1, B = T)"}
 
 
 def calibration_report(results_dir=DEFAULT_RESULTS_DIR, *, profile="h200") -> dict:
-    """Everything the CLI's ``--calibrate`` prints: the profile used and the step comparison (if measured)."""
+    """What ``plan --calibrate`` prints: the calibrated profile and the step comparison (if measured).
+
+    The comparison uses the profile calibrated from ``mla_decode`` only, so the exchange part is
+    predicted from the documented link defaults (out of sample); ``with_exchange_fit`` repeats it with
+    the all-to-all fitted from the same exchange file (in sample, for reference).
+    """
     prof = load_profile(profile, results_dir=results_dir)
     ex = latest_result(results_dir, "exchange") if results_dir is not None else None
     out = {"profile": prof.name, "provenance": list(prof.provenance),
            "efficiency": dict(prof.efficiency), "hbm_tb_per_s": prof.hbm_tb_per_s,
            "matmul_tflop_per_s": dict(prof.matmul_tflop_per_s), "a2a_latency_us": prof.a2a_latency_us,
-           "attn_overhead_us": prof.attn_overhead_us}
+           "link_gb_per_s": prof.link_gb_per_s, "attn_overhead_us": prof.attn_overhead_us}
     if ex is None:
         out["comparison"] = None
-        out["status"] = f"no exchange_*.json in {results_dir}: nothing measured to compare with yet"
+        out["status"] = f"no GPU-timed exchange_*.json in {results_dir}: nothing measured to compare with yet"
         return out
-    out["comparison"] = compare_step_measurements(prof, read_result(ex, record_keys=_EX_KEYS)["records"])
+    data = read_result(ex, record_keys=_EX_KEYS)
+    recs = data["records"]
+    base = load_profile(profile, results_dir=None)
+    # A step composed from a named decode run is compared with the model calibrated on that same run.
+    src = (data.get("sources") or {}).get("decode")
+    src_file = Path(results_dir) / src if src and (Path(results_dir) / src).is_file() else None
+    decode_only = (apply_measurements(base, results_dir, use_exchange=False, mla_file=src_file)
+                   if base.calibrate_from_results else base)
+    out["comparison"] = compare_step_measurements(decode_only, recs)
     out["comparison"]["file"] = ex.name
+    out["comparison"]["decode_calibrated_from"] = (src_file or latest_result(results_dir, "mla_decode") or
+                                                   Path("(defaults)")).name
+    out["comparison"]["profile"] = "decode calibrated from mla_decode; exchange from the profile's link defaults"
+    out["comparison"]["provenance"] = list(decode_only.provenance)
+    fitted = compare_step_measurements(apply_measurements(base, results_dir, mla_file=src_file)
+                                       if base.calibrate_from_results else prof, recs)
+    out["with_exchange_fit"] = {k: fitted[k] for k in ("max_abs_rel_err", "median_abs_rel_err", "within_target")}
     out["status"] = "within target" if out["comparison"]["within_target"] else "outside target"
     return out
