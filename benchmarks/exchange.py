@@ -326,7 +326,8 @@ def main(argv=None):
                 del args
             except Exception as e:  # noqa: BLE001 - record and go on: one failing size must not lose the rest
                 print(f"  step cp={c} T={t} failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
-                steps[c] = {"kernel_ms": None, "parts_ms": {}, "wall_ms": None, "error": f"{type(e).__name__}: {e}"[:500]}
+                steps[c] = {"kernel_ms": None, "parts_ms": {}, "wall_ms": None,
+                            "error": f"{type(e).__name__}: {e}"[:500]}
         none = {"kernel_ms": None, "parts_ms": {}, "wall_ms": None}
         steps.setdefault(a.cp, none)
         steps.setdefault(1, none)
@@ -334,14 +335,17 @@ def main(argv=None):
         st1 = steps[1]["kernel_ms"] if gpu else steps[1]["wall_ms"]
         ex1 = sum(v for k, v in steps[1]["parts_ms"].items() if k in ("pack", "combine")) if gpu and st1 else None
         in_step = sum(v for k, v in steps[a.cp]["parts_ms"].items() if k in ("pack", "a2a", "combine")) if st else None
+        link = (a2a_gbs / NVLINK_GB_S) if a2a_gbs else None
+        vs_copy = (same_copy / parts["combine"]) if same_copy and parts.get("combine") else None
         records.append({"cp": a.cp, "T": t, "H": a.heads, "L": seq_len, "exchange_ms": ex_ms, "step_ms": st,
-                        "exchange_share": ex_ms / st if st else None, "decode_backend": dec,
-                        "exchange_in_step_ms": in_step, "exchange_share_in_step": (in_step / st) if st and in_step else None, "a2a_gb_per_s": a2a_gbs,
+                        "exchange_share": ex_ms / st if st else None, "a2a_gb_per_s": a2a_gbs,
+                        "decode_backend": dec, "exchange_in_step_ms": in_step,
+                        "exchange_share_in_step": (in_step / st) if st and in_step else None,
                         "B": b, "G": g, "exchange_variant": main_v,
                         "exchange_variants": res, "step_parts_ms": steps[a.cp]["parts_ms"],
-                        "step_wall_ms": steps[a.cp]["wall_ms"], "a2a_link_fraction": (a2a_gbs / NVLINK_GB_S) if a2a_gbs else None,
+                        "step_wall_ms": steps[a.cp]["wall_ms"], "a2a_link_fraction": link,
                         "payload_bytes_per_rank": payload, "combine_gb_per_s": comb_gbs,
-                        "combine_vs_same_size_copy": (same_copy / parts["combine"]) if same_copy and parts.get("combine") else None,
+                        "combine_vs_same_size_copy": vs_copy,
                         "combine_vs_copy_ceiling": (comb_gbs / copy_gb_s) if comb_gbs and copy_gb_s else None})
         records.append({"cp": 1, "T": t, "H": a.heads, "L": seq_len, "exchange_ms": ex1, "step_ms": st1,
                         "exchange_share": (ex1 / st1) if ex1 is not None and st1 else None, "a2a_gb_per_s": None,
@@ -387,7 +391,8 @@ def markdown(doc):
              f"Decode backend `{doc['decode_backend']}`, exchange backend `{doc['exchange_backend']}`; "
              f"times: {doc['timing']}. Copy ceiling {_f(doc['copy_ceiling_gb_per_s'], '{:.0f}')} GB/s; "
              f"link {doc['nvlink_gb_per_s_each_way']:.0f} GB/s each way.", "",
-             "| cp | T | B×G | L | exchange ms | step ms | exchange share | a2a GB/s (link %) | combine GB/s | cp=1 / cp step |",
+             "| cp | T | B×G | L | exchange ms | step ms | exchange share | a2a GB/s (link %) | combine GB/s "
+             "| cp=1 / cp step |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in doc["records"]:
         link = f"{r['a2a_gb_per_s']:.0f} ({r['a2a_link_fraction']:.0%})" if r.get("a2a_gb_per_s") else "–"

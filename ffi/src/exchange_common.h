@@ -91,8 +91,9 @@ inline ffi::Error CheckCombine(const ffi::AnyBuffer& payload, const ffi::AnyBuff
   s->d = od[2];
   if (od[0] != s->t || od[1] != s->hc || lse_dims[0] != s->t || lse_dims[1] != s->hc ||
       s->w != s->d + PadElems(s->itemsize) || s->cp < 1)
-    return ffi::Error::InvalidArgument("helix_combine: out must be [T, Hc, W - 16/itemsize] and lse [T, Hc] for payload " +
-                                       DimsStr(pd) + "; got " + DimsStr(od) + ", " + DimsStr(lse_dims));
+    return ffi::Error::InvalidArgument("helix_combine: out must be [T, Hc, W - 16/itemsize] and lse [T, Hc] "
+                                       "for payload " + DimsStr(pd) + "; got " + DimsStr(od) + ", " +
+                                       DimsStr(lse_dims));
   if ((s->d * s->itemsize) % 16 != 0)
     return ffi::Error::InvalidArgument("helix_combine: D * itemsize must be a multiple of 16 bytes");
   return ffi::Error::Success();

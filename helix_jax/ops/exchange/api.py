@@ -36,7 +36,8 @@ def resolve(implementation, platform=None):
     if implementation is not None:
         name = _ALIASES.get(implementation, implementation)
         if name not in BACKENDS:
-            raise ValueError(f"implementation must be one of {BACKENDS + tuple(_ALIASES)} or None, got {implementation!r}")
+            raise ValueError(f"implementation must be one of {BACKENDS + tuple(_ALIASES)} or None, "
+                             f"got {implementation!r}")
         if name != "reference":
             ok, why = _backend_module(name).availability(platform)
             if not ok:
