@@ -172,9 +172,10 @@ __device__ __forceinline__ void WgmmaPV(float (&d)[32][4], uint64_t da, uint64_t
   if constexpr (kBf16) Wgmma_m64n256_bf16<1>(d, da, db); else Wgmma_m64n256_f16<1>(d, da, db);
 }
 
-// Kernel variants: mma.sync + ldmatrix (portable reference path), or wgmma (sm_90a) with the two
-// possible readings of the N-major descriptor strides (kWgmmaAlt swaps LBO/SBO for V).
-enum KernelMode { kMma = 0, kWgmma = 1, kWgmmaAlt = 2 };
+// Kernel variants: mma.sync + ldmatrix (the first, simpler path) or wgmma (sm_90a, default). For V read
+// N-major, LBO = stride between 64-column blocks and SBO = stride between 8-token groups (the swapped
+// reading was built and failed the reference check on the H200, 2026-11-30).
+enum KernelMode { kMma = 0, kWgmma = 1 };
 
 struct Params {
   const uint16_t* q_lat;   // [B, GH, 512]
@@ -376,7 +377,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s) {
       } else {
         // Warpgroup `half`: O[64, 256 columns] += P[64, 64] (K-major) * V[64 tokens, 256] (N-major).
         const uint32_t pa = SmemAddr(sP), va = SmemAddr(sK) + half * 4 * kBlockBytes;
-        constexpr uint32_t lbo = kMode == kWgmma ? kBlockBytes : 1024, sbo = kMode == kWgmma ? 1024 : kBlockBytes;
+        constexpr uint32_t lbo = kBlockBytes, sbo = 1024;
         FenceRegs(acc);
         WgFence();
 #pragma unroll
@@ -472,13 +473,12 @@ WsLayout Layout(long long B, long long GH) {
   return l;
 }
 
-// Kernel variant from HELIX_MLA_DECODE_KERNEL (mma | wgmma | wgmma_alt), read once; default wgmma.
+// Kernel variant from HELIX_MLA_DECODE_KERNEL (mma | wgmma), read once; default wgmma.
 int KernelModeFromEnv() {
   static const int mode = [] {
     const char* v = std::getenv("HELIX_MLA_DECODE_KERNEL");
     if (v == nullptr || std::strcmp(v, "wgmma") == 0) return (int)kWgmma;
     if (std::strcmp(v, "mma") == 0) return (int)kMma;
-    if (std::strcmp(v, "wgmma_alt") == 0) return (int)kWgmmaAlt;
     return -1;
   }();
   return mode;
@@ -505,7 +505,7 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
 template <bool kBf16>
 ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms, uint16_t* o, float* lse) {
   const int mode = KernelModeFromEnv();
-  if (mode < 0) return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_KERNEL must be mma, wgmma or wgmma_alt");
+  if (mode < 0) return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_KERNEL must be mma or wgmma");
   Params p = base;
   const int mtiles = (p.GH + kRowsTile - 1) / kRowsTile;
   const int num_parts = min(max(num_sms / mtiles, 1), kMaxParts);
@@ -517,8 +517,7 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
   mla_schedule<<<1, 1, 0, stream>>>(p.bounds, p.B, p.G, p.cap, num_parts, s);
   HELIX_CUDA_CHECK(cudaGetLastError());
   if (mode == kMma) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMma>(p, s, num_parts, mtiles, stream)));
-  else if (mode == kWgmma) HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmma>(p, s, num_parts, mtiles, stream)));
-  else HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmmaAlt>(p, s, num_parts, mtiles, stream)));
+  else HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmma>(p, s, num_parts, mtiles, stream)));
   mla_combine<kBf16><<<(unsigned)(p.B * p.GH), 128, 0, stream>>>(p.o_part, p.lse_part, s, p.GH, o, lse);
   HELIX_CUDA_CHECK(cudaGetLastError());
   return ffi::Error::Success();
