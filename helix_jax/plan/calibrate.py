@@ -5,8 +5,10 @@
   replace the profile's; the decode's fixed cost and achieved efficiency per regime (memory- or
   compute-bound) are fitted to the fastest backend of every shape.
 * ``exchange_<date>.json`` ``{"device", "date", "records": [{"cp", "T", "H", "L", "exchange_ms", "step_ms",
-  "exchange_share", "a2a_gb_per_s"}]}``: the all-to-all latency and link efficiency are fitted from
-  ``exchange_ms``; ``step_ms`` is what :func:`compare_step_measurements` predicts and checks (target 25 %).
+  "exchange_share", "a2a_gb_per_s"}]}``: the all-to-all latency and link efficiency are fitted to the
+  measured all-to-all part (``exchange_parts_ms["a2a"]``, else ``exchange_ms`` less the modelled pack
+  and combine); ``step_ms`` is what :func:`compare_step_measurements` predicts and checks (target 25 %).
+Only canonical ``<prefix>_<date>.json`` files timed on a GPU are used while one exists.
 """
 from __future__ import annotations
 
@@ -24,8 +26,8 @@ from .latency import (ACT_BYTES, KV_BYTES, STATS_BYTES, a2a_term, exchange_bytes
                       mla_decode_term)
 
 __all__ = ["is_gpu_result", "latest_result", "read_result", "fit_attention_efficiency", "our_exchange_parts",
-           "fit_exchange", "apply_measurements",
-           "predict_helix_step", "compare_step_measurements", "calibration_report", "TARGET_REL_ERR"]
+           "fit_exchange", "apply_measurements", "predict_helix_step", "compare_step_measurements",
+           "calibration_report", "TARGET_REL_ERR"]
 
 TARGET_REL_ERR = 0.25
 _MLA_KEYS = ("backend", "kv_dtype", "B", "L", "G", "H", "ms")
