@@ -47,17 +47,21 @@ struct Sched {
   int2* batch;      // [B] (seg_begin, nseg)
 };
 
-__device__ __forceinline__ int SeqLen(const int* bounds, int b, int G, int cap) {
+__host__ __device__ inline int SeqLen(const int* bounds, int b, int G, int cap) {
   int len = 0;
-  for (int g = 0; g < G; ++g) len = max(len, min(max(bounds[b * G + g], 0), cap));
+  for (int g = 0; g < G; ++g) {
+    const int v = bounds[b * G + g] < 0 ? 0 : (bounds[b * G + g] > cap ? cap : bounds[b * G + g]);
+    len = v > len ? v : len;
+  }
   return len;
 }
 
-__global__ void mla_schedule(const int* __restrict__ bounds, int B, int G, int cap, int num_parts, Sched s) {
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+// The split-KV schedule (host-callable so a CPU test can check it): segments in (b, block) order, each
+// part's cost (tiles + kSegOverhead per segment) at most per_part; the last part takes any remainder.
+__host__ __device__ inline void BuildSchedule(const int* bounds, int B, int G, int cap, int num_parts, Sched s) {
   long long total = 0;
   for (int b = 0; b < B; ++b) {
-    int nblk = (SeqLen(bounds, b, G, cap) + kTokTile - 1) / kTokTile;
+    const int nblk = (SeqLen(bounds, b, G, cap) + kTokTile - 1) / kTokTile;
     total += nblk ? nblk + kSegOverhead : 0;
   }
   const long long per_part = (total + num_parts - 1) / num_parts + kSegOverhead;
@@ -75,17 +79,21 @@ __global__ void mla_schedule(const int* __restrict__ bounds, int B, int G, int c
         s.part[p].x = seg;
         budget = per_part;
       }
-      int take = nblk - blk;
-      if (p < num_parts - 1) take = (int)min((long long)take, budget - kSegOverhead);
-      s.seg[seg] = make_int4(b, blk, blk + take, 0);
+      long long take = nblk - blk;
+      if (p < num_parts - 1 && take > budget - kSegOverhead) take = budget - kSegOverhead;
+      s.seg[seg] = make_int4(b, blk, blk + (int)take, 0);
       ++seg;
       budget -= take + kSegOverhead;
-      blk += take;
+      blk += (int)take;
     }
     s.batch[b].y = seg - s.batch[b].x;
   }
   s.part[p].y = seg;
   for (int q = p + 1; q < num_parts; ++q) s.part[q] = make_int2(seg, seg);
+}
+
+__global__ void mla_schedule(const int* __restrict__ bounds, int B, int G, int cap, int num_parts, Sched s) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) BuildSchedule(bounds, B, G, cap, num_parts, s);
 }
 
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {

@@ -1,0 +1,71 @@
+// Host-only check of the split-KV schedule of ffi/src/mla_decode_cuda.cu (compiled and run by
+// tests/test_ffi_build.py; needs nvcc, no GPU). For random batches (empty sequences, one long
+// sequence beside short ones, B up to 1024, parts 1..160): every (sequence, 64-token tile) below the
+// sequence's longest bound is covered exactly once, segments stay inside one sequence, each part's
+// segments are contiguous and its cost (tiles + 1 per segment) is within one tile of an even share.
+#include "mla_decode_cuda.cu"
+
+#include <cstdio>
+#include <random>
+#include <vector>
+
+using namespace helix_ffi;
+
+int main() {
+  std::mt19937 rng(1234);
+  int cases = 0;
+  for (int it = 0; it < 3000; ++it) {
+    const int B = 1 + rng() % (it % 10 == 0 ? 1024 : 40);
+    const int G = 1 + rng() % 8;
+    const int num_parts = 1 + rng() % kMaxParts;
+    const int cap = 64 * (1 + rng() % 2048);
+    std::vector<int> bounds(B * G);
+    const int kind = rng() % 4;
+    for (int b = 0; b < B; ++b)
+      for (int g = 0; g < G; ++g) {
+        int v = kind == 0 ? (int)(rng() % (cap + 1))                          // uniform
+              : kind == 1 ? (b == 0 ? cap : (int)(rng() % 300))              // one long beside short ones
+              : kind == 2 ? (rng() % 3 == 0 ? 0 : (int)(rng() % 200))        // many empty
+                          : (int)(rng() % 5) - 2;                            // tiny / negative (clamped)
+        bounds[b * G + g] = v;
+      }
+    std::vector<int4> seg(B + kMaxParts);
+    std::vector<int2> part(num_parts), batch(B);
+    Sched s{seg.data(), part.data(), batch.data()};
+    BuildSchedule(bounds.data(), B, G, cap, num_parts, s);
+    long long total = 0;
+    std::vector<int> nblk(B);
+    for (int b = 0; b < B; ++b) {
+      nblk[b] = (SeqLen(bounds.data(), b, G, cap) + 63) / 64;
+      total += nblk[b] ? nblk[b] + kSegOverhead : 0;
+    }
+    const long long share = (total + num_parts - 1) / num_parts;
+    int prev_end = 0;
+    long long max_cost = 0;
+    for (int p = 0; p < num_parts; ++p) {
+      if (part[p].x != prev_end || part[p].y < part[p].x) { std::printf("FAIL parts not contiguous (case %d)\n", it); return 1; }
+      prev_end = part[p].y;
+      long long cost = 0;
+      for (int i = part[p].x; i < part[p].y; ++i) cost += seg[i].z - seg[i].y + kSegOverhead;
+      if (cost > max_cost) max_cost = cost;
+    }
+    const int nseg = prev_end;
+    if (nseg > B + num_parts) { std::printf("FAIL %d segments > B + parts (case %d)\n", nseg, it); return 1; }
+    for (int b = 0; b < B; ++b) {
+      int next = 0;
+      for (int i = batch[b].x; i < batch[b].x + batch[b].y; ++i) {
+        if (seg[i].x != b || seg[i].y != next || seg[i].z <= seg[i].y) { std::printf("FAIL coverage b=%d (case %d)\n", b, it); return 1; }
+        next = seg[i].z;
+      }
+      if (next != nblk[b]) { std::printf("FAIL b=%d covers %d of %d tiles (case %d)\n", b, next, nblk[b], it); return 1; }
+    }
+    // Balance: no part exceeds an even share by more than the split overheads the walk can add.
+    if (max_cost > share + 2 * kSegOverhead + 1 + (num_parts == 1 ? total : 0)) {
+      std::printf("FAIL unbalanced: max part cost %lld vs share %lld (B=%d parts=%d, case %d)\n", max_cost, share, B, num_parts, it);
+      return 1;
+    }
+    ++cases;
+  }
+  std::printf("schedule ok: %d cases\n", cases);
+  return 0;
+}
