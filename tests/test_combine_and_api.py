@@ -137,3 +137,24 @@ def test_mla_decode_reference_zero_bound_identity(rng):
     np.testing.assert_allclose(o, ro, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(lse, rl, rtol=1e-5, atol=1e-5)
     assert (np.asarray(o)[0, 0] == 0).all() and np.isneginf(np.asarray(lse)[0, 0]).all()
+
+
+def test_auto_dispatch_skips_backends_that_cannot_take_the_operands(monkeypatch):
+    # On a GPU, an f32 model must fall back past the bf16/fp16-only FFI kernel instead of failing.
+    from helix_jax.ops.mla_decode import api, ffi, pallas
+    monkeypatch.setattr(ffi, "availability", lambda platform: (True, ""))
+    monkeypatch.setattr(pallas, "availability", lambda platform: (True, ""))
+
+    def ops(dtype, page):
+        return (jnp.zeros((1, 1, 4, 512), dtype),
+                hj.MLAPages(jnp.zeros((2, page, 512), dtype), jnp.zeros((2, page, 64), dtype)))
+
+    q, pages = ops(jnp.float32, 4)
+    assert api._resolve(None, "gpu", "bf16", q, pages) == "reference"
+    q, pages = ops(jnp.float32, 64)
+    assert api._resolve(None, "gpu", "bf16", q, pages) == "pallas"
+    q, pages = ops(jnp.bfloat16, 64)
+    assert api._resolve(None, "gpu", "bf16", q, pages) == "ffi"
+    q, pages = ops(jnp.float32, 64)
+    with pytest.raises(ValueError, match="bf16/fp16"):
+        api._resolve("ffi", "gpu", "bf16", q, pages)

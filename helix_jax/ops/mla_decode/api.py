@@ -50,7 +50,19 @@ def supported_kv_dtypes(module) -> tuple:
     return tuple(getattr(module, "SUPPORTED_KV_DTYPES", ("bf16",)))
 
 
-def _resolve(implementation, platform, kv_dtype="bf16"):
+def _operand_problem(mod, platform, q_latent, pages):
+    """Why ``mod`` cannot take these operands (its optional ``check_operands`` hook), or None."""
+    check = getattr(mod, "check_operands", None)
+    if check is None or not isinstance(pages, MLAPages):
+        return None
+    try:
+        check(platform, q_latent, pages.c_latent, pages.k_rope)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _resolve(implementation, platform, kv_dtype="bf16", q_latent=None, pages=None):
     if implementation is not None:
         name = _ALIASES.get(implementation, implementation)
         if name not in BACKENDS:
@@ -64,6 +76,9 @@ def _resolve(implementation, platform, kv_dtype="bf16"):
                 raise ValueError(f"mla_decode implementation={name!r} does not support {kv_dtype!r} KV pages "
                                  f"(it supports {supported_kv_dtypes(mod)}); use implementation='reference' "
                                  "or None")
+            why = _operand_problem(mod, platform, q_latent, pages)
+            if why:
+                raise ValueError(why)
         return name
     for name in BACKENDS:
         if name == "reference":
@@ -75,6 +90,10 @@ def _resolve(implementation, platform, kv_dtype="bf16"):
         ok, why = mod.availability(platform)
         if ok and kv_dtype not in supported_kv_dtypes(mod):
             ok, why = False, f"no {kv_dtype} support"
+        if ok:
+            problem = _operand_problem(mod, platform, q_latent, pages)
+            if problem:
+                ok, why = False, problem
         if ok and mod.preferred(platform):
             log.debug("mla_decode: using %s on %s", name, platform)
             return name
@@ -186,7 +205,7 @@ def mla_decode(q_latent, q_rope, pages, page_table, *, kv_bounds, softmax_scale,
     page_table, kv_bounds = jnp.asarray(page_table), jnp.asarray(kv_bounds)
     _validate(q_latent, q_rope, pages, page_table, kv_bounds, softmax_scale)
     fmt = kv_format(pages)
-    name = _resolve(implementation, _platform(), fmt)
+    name = _resolve(implementation, _platform(), fmt, q_latent, pages)
     if fmt != "bf16":
         mod = reference if name == "reference" else _backend_module(name)
         return mod.mla_decode_quantized(q_latent, q_rope, pages, page_table.astype(jnp.int32),

@@ -47,6 +47,12 @@ def preferred(platform):
     return platform in ("gpu", "cuda")
 
 
+def check_operands(platform, q_latent, c_latent, k_rope):
+    """Raise ``ValueError`` unless this backend handles these operands (the dispatch skips it then)."""
+    if platform in ("gpu", "cuda"):
+        _check_gpu_operands(q_latent, c_latent, k_rope)
+
+
 def _check_gpu_operands(q_latent, c_latent, k_rope):
     if q_latent.dtype not in CUDA_DTYPES or c_latent.dtype != q_latent.dtype:
         raise ValueError("mla_decode implementation='ffi' on GPU needs q and KV in one dtype of bf16/fp16, got "

@@ -76,6 +76,15 @@ def _kernel(lens_ref, pt_ref, rb_ref, ql_ref, qr_ref, cl_ref, kr_ref, o_ref, lse
     lse_ref[...] = jnp.where(live, m + jnp.log(jnp.where(live, l, 1.0)), -jnp.inf)
 
 
+def check_operands(platform, q_latent, c_latent, k_rope):
+    """Raise ``ValueError`` unless this backend handles these operands (the dispatch skips it then)."""
+    dl, dr, p = q_latent.shape[-1], k_rope.shape[-1], c_latent.shape[1]
+    if dl != DL or dr != DR:
+        raise ValueError(f"mla_decode implementation='pallas' needs Dl=512, Dr=64, got {dl}, {dr}")
+    if p & (p - 1) or (platform != "cpu" and p < 16):
+        raise ValueError(f"mla_decode implementation='pallas' needs a power-of-2 page size (>= 16 on GPU), got {p}")
+
+
 def mla_decode(q_latent, q_rope, c_latent, k_rope, page_table, kv_bounds, softmax_scale):
     """Bounded MLA decode in Pallas (shapes validated by ``api.mla_decode``).
 
@@ -86,12 +95,9 @@ def mla_decode(q_latent, q_rope, c_latent, k_rope, page_table, kv_bounds, softma
     if isinstance(softmax_scale, jax.core.Tracer):
         raise ValueError("mla_decode implementation='pallas' needs a static softmax_scale, got a tracer")
     interpret = jax.default_backend() == "cpu"
+    check_operands(jax.default_backend(), q_latent, c_latent, k_rope)
     b, g, h, dl = q_latent.shape
     n, p = c_latent.shape[:2]
-    if dl != DL or q_rope.shape[-1] != DR:
-        raise ValueError(f"mla_decode implementation='pallas' needs Dl=512, Dr=64, got {dl}, {q_rope.shape[-1]}")
-    if p & (p - 1) or (not interpret and p < 16):
-        raise ValueError(f"mla_decode implementation='pallas' needs a power-of-2 page size (>= 16 on GPU), got {p}")
     rows = g * h
     bm = max(16, min(64, int(pl.next_power_of_2(rows))))
     r_pad = -(-rows // bm) * bm
