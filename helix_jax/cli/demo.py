@@ -3,6 +3,11 @@
 Prefill a batch of prompts, run ``--steps`` spec-verify steps (DSpark linear-chain drafts, Helix
 verify groups that straddle pages and ranks), then print a summary and whether the tokens are
 identical to plain greedy decoding (cp = 1, no drafts, full causal recompute).
+
+With ``--requests N`` the demo serves N requests with continuous batching instead
+(:func:`helix_jax.memory.serve_requests`): staggered arrivals, random prompt lengths, ``--max-batch``
+rows whose KV pages come from one Helix page pool; requests join and leave between steps, and each
+one's tokens are compared with greedy decoding of its prompt alone.
 """
 from __future__ import annotations
 
@@ -14,13 +19,14 @@ import numpy as np
 # Prompt lengths of the default batch: with page 4 and cp 4 their first verify groups straddle a
 # page *and* a rank boundary (30 -> positions 30..33, 13 -> 13..16).
 DEFAULT_PROMPT_LENS = (30, 13)
+DEFAULT_STEPS = 24
 
 
 def add_arguments(p):
     p.add_argument("--cp", type=int, default=None,
                    help="CP ranks (default: the visible GPUs, else a virtual 4-device CPU mesh)")
     p.add_argument("--draft-len", type=int, default=3, help="drafts per step k (1..7); G = 1 + k")
-    p.add_argument("--steps", type=int, default=24, help="spec-verify steps")
+    p.add_argument("--steps", type=int, default=None, help=f"spec-verify steps (default {DEFAULT_STEPS})")
     p.add_argument("--page-size", type=int, default=4, help="tokens per KV page")
     p.add_argument("--overlap", action="store_true",
                    help="overlap-scheduler mode: stale-base positions corrected on device")
@@ -30,8 +36,8 @@ def add_arguments(p):
                    help="MLA decode backend: ffi, pallas, reference (default: auto)")
     p.add_argument("--kv-dtype", choices=["bf16", "fp8_e4m3", "nvfp4"], default="bf16",
                    help="target KV format (bf16 = unquantized model dtype; quantized formats are lossy)")
-    p.add_argument("--prompt-lens", type=int, nargs="+", default=list(DEFAULT_PROMPT_LENS),
-                   help="prompt length of each sequence in the batch")
+    p.add_argument("--prompt-lens", type=int, nargs="+", default=None,
+                   help=f"prompt length of each sequence in the batch (default {' '.join(map(str, DEFAULT_PROMPT_LENS))})")
     p.add_argument("--seed", type=int, default=0, help="seed for the prompts and sampling")
     p.add_argument("--check", action="store_true",
                    help="exit 1 unless the tokens equal plain greedy decoding (cp=1, no drafts)")
@@ -41,6 +47,17 @@ def add_arguments(p):
                    help="after the run, checkpoint the decoding state, params and tokens to DIR (Orbax)")
     p.add_argument("--resume", metavar="DIR", default=None,
                    help="continue a run saved with --save (any --cp / --page-size) for --steps more steps")
+    g = p.add_argument_group("continuous batching (--requests N)")
+    g.add_argument("--requests", type=int, default=None, metavar="N",
+                   help="serve N requests with continuous batching (staggered arrivals, varying prompt lengths)")
+    g.add_argument("--max-batch", type=int, default=None, metavar="B", help="batch rows (default min(N, 4))")
+    g.add_argument("--num-pages", type=int, default=None,
+                   help="KV pages per CP rank in the pool, null page included (default: every row at full length); "
+                        "a small pool makes requests wait for pages")
+    g.add_argument("--new-tokens", type=int, default=16, help="tokens generated per request (t0 included)")
+    g.add_argument("--prompt-range", type=int, nargs=2, default=[8, 40], metavar=("LO", "HI"),
+                   help="request prompt lengths are drawn uniformly from [LO, HI]")
+    g.add_argument("--max-gap", type=int, default=2, help="steps between consecutive arrivals: uniform in [0, GAP]")
 
 
 def _default_cp(jax, heads):
@@ -59,6 +76,13 @@ def run(args) -> int:
     if args.check and args.sampling != "greedy":
         print("error: --check compares with greedy decoding; use it with --sampling greedy", file=sys.stderr)
         return 2
+    if args.requests is not None:
+        from .demo_requests import run_requests
+        return run_requests(args)
+    if args.steps is None:
+        args.steps = DEFAULT_STEPS
+    if args.prompt_lens is None:
+        args.prompt_lens = list(DEFAULT_PROMPT_LENS)
     import jax
     from tqdm import tqdm
 

@@ -63,7 +63,8 @@ def serve_requests(params, requests: Sequence[Request], prompts: Mapping[Hashabl
     cp = int(mesh.shape[config.axis_name])
     page, g = config.page_size, config.group_len
     npp = ledger.pages_per_rank(config.max_len, page_size=page, cp_size=cp)
-    capacity = ledger.capacity(npp, page_size=page, cp_size=cp)
+    # Whole pages may exceed max_len; the drafter's cache (and so the step) holds max_len tokens.
+    capacity = min(ledger.capacity(npp, page_size=page, cp_size=cp), config.max_len)
     max_batch = check_int("max_batch", max_batch)
     requests = list(requests)
     for r in requests:
