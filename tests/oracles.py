@@ -4,20 +4,7 @@ import numpy as np
 
 def dense_causal_mla(q, kv, positions, scale):
     """q [B,G,H,576], kv [B,L,576] (global positions), positions [B,G] -> out [B,G,H,512], lse [B,G,H]."""
-    q = np.asarray(q, np.float64)
-    kv = np.asarray(kv, np.float64)
-    b, g, h, _ = q.shape
-    out = np.zeros((b, g, h, 512))
-    lse = np.zeros((b, g, h))
-    for i in range(b):
-        for j in range(g):
-            k = kv[i, : positions[i, j] + 1]
-            logits = scale * q[i, j] @ k.T
-            m = logits.max(-1, keepdims=True)
-            w = np.exp(logits - m)
-            out[i, j] = (w @ k[:, :512]) / w.sum(-1, keepdims=True)
-            lse[i, j] = (m + np.log(w.sum(-1, keepdims=True)))[:, 0]
-    return out, lse
+    return bounded_decode(q, kv, np.asarray(positions) + 1, scale)
 
 
 def bounded_decode(q, kv_local, bounds, scale):
