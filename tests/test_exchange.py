@@ -109,6 +109,10 @@ def _received_payload(rng, cp, t, hc, dtype, *, empty_src=None, all_empty_rows=(
     empty = rng.random((cp, t, hc)) < 0.25
     if empty_src is not None:
         empty[empty_src] = True                     # a whole rank with no KV (R9)
+    # Every row not meant to be all-empty keeps at least one live source (never the empty rank).
+    live_choices = [s for s in range(cp) if s != empty_src] or [0]
+    keep = rng.choice(live_choices, size=(t, hc))
+    empty[keep, np.arange(t)[:, None], np.arange(hc)[None, :]] = False
     for r in all_empty_rows:
         empty[:, r] = True
     o[empty] = np.nan                               # garbage that must never leak (0 * NaN)
