@@ -31,7 +31,9 @@ def _nvcc():
 def test_cpu_library_built_with_mla_symbol():
     path = _ffi.find_library("cpu")
     assert path is not None, f"CPU FFI library missing: run `{_ffi.BUILD_COMMAND}`"
-    assert hasattr(ctypes.CDLL(str(path)), "HelixMlaDecodeCpu")
+    lib = ctypes.CDLL(str(path))
+    for sym in ("HelixMlaDecodeCpu", "HelixMlaDecodeFp8Cpu", "HelixMlaDecodeNvfp4Cpu"):
+        assert hasattr(lib, sym), sym
 
 
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc is not installed on this machine")
@@ -39,7 +41,9 @@ def test_cuda_library_built_with_mla_symbol():
     path = _ffi.find_library("cuda")
     assert path is not None, f"nvcc is present but the CUDA FFI library is missing: run `{_ffi.BUILD_COMMAND}`"
     # Loading needs no GPU (static cudart resolves the driver lazily).
-    assert hasattr(ctypes.CDLL(str(path)), "HelixMlaDecodeCuda")
+    lib = ctypes.CDLL(str(path))
+    for sym in ("HelixMlaDecodeCuda", "HelixMlaDecodeFp8Cuda", "HelixMlaDecodeNvfp4Cuda"):
+        assert hasattr(lib, sym), sym
 
 
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc is not installed on this machine")
@@ -58,7 +62,8 @@ def test_mla_decode_cu_compiles_for_sm90a_and_schedule_is_exact(tmp_path):
     # The main kernel holds a 64x256 fp32 accumulator slice per warpgroup: spilling it would be a silent slowdown.
     found = re.findall(r"Function properties for (\S*mla_split_kv\S*)\n\s*(\d+) bytes stack frame, (\d+) bytes spill stores",
                        res.stderr)
-    assert len(found) == 4, res.stderr[-3000:]   # {bf16, f16} x {mma, wgmma}
+    # {bf16, f16} x ({mma, wgmma} on native pages + wgmma on fp8 and nvfp4 pages)
+    assert len(found) == 8, res.stderr[-3000:]
     for name, _, spills in found:
         assert spills == "0", f"{name} spills {spills} bytes"
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)

@@ -9,7 +9,9 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "xla/ffi/api/ffi.h"
 
@@ -54,6 +56,46 @@ inline std::string CheckMlaShapes(const ffi::AnyBuffer& q_lat, const ffi::AnyBuf
     return "lse must be [B, G, H], got " + DimsStr(lse_dims);
   if (q_rope.element_type() != q_lat.element_type()) return "q_rope dtype must equal q_latent dtype";
   if (k_rope.element_type() != c_lat.element_type()) return "k_rope dtype must equal c_latent dtype";
+  if (s->P <= 0) return "page size must be positive";
+  return "";
+}
+
+// Quantized pages (helix_mla_decode_fp8 / _nvfp4): pools alternate latent / rope fields, each
+// [N, P, D / div] with D = Dl for fields 0, 2 and Dr for fields 1, 3 (fp8: {c_latent, k_rope} with
+// div {1, 1}; nvfp4: {c_latent, k_rope, c_latent_sf, k_rope_sf} with div {2, 2, 16, 16}).
+// Dl, Dr come from the queries. Fills *s (N, P from the first pool) like CheckMlaShapes.
+inline std::string CheckQuantShapes(const ffi::AnyBuffer& q_lat, const ffi::AnyBuffer& q_rope,
+                                    std::initializer_list<const ffi::AnyBuffer*> pools,
+                                    std::initializer_list<int> divs, ffi::Span<const int64_t> pt_dims,
+                                    ffi::Span<const int64_t> bd_dims, ffi::Span<const int64_t> o_dims,
+                                    ffi::Span<const int64_t> lse_dims, MlaShape* s) {
+  auto qd = q_lat.dimensions(), rd = q_rope.dimensions();
+  if (qd.size() != 4) return "q_latent must be [B, G, H, Dl], got " + DimsStr(qd);
+  s->B = qd[0]; s->G = qd[1]; s->H = qd[2]; s->Dl = qd[3];
+  if (rd.size() != 4 || rd[0] != s->B || rd[1] != s->G || rd[2] != s->H)
+    return "q_rope must be [B, G, H, Dr] matching q_latent " + DimsStr(qd) + ", got " + DimsStr(rd);
+  s->Dr = rd[3];
+  std::vector<const ffi::AnyBuffer*> pv(pools);
+  std::vector<int> dv(divs);
+  static const char* kNames[] = {"c_latent", "k_rope", "c_latent_sf", "k_rope_sf"};
+  auto d0 = pv[0]->dimensions();
+  if (d0.size() != 3) return "c_latent must be [N, P, .], got " + DimsStr(d0);
+  s->N = d0[0]; s->P = d0[1];
+  for (size_t i = 0; i < pv.size(); ++i) {
+    const int64_t full = (i % 2 == 0) ? s->Dl : s->Dr;
+    auto d = pv[i]->dimensions();
+    if (full % dv[i] != 0 || d.size() != 3 || d[0] != s->N || d[1] != s->P || d[2] != full / dv[i])
+      return std::string(kNames[i]) + " must be [N, P, " + std::to_string(full) + "/" + std::to_string(dv[i]) +
+             "] = [" + std::to_string(s->N) + ", " + std::to_string(s->P) + ", " + std::to_string(full / dv[i]) +
+             "], got " + DimsStr(d);
+  }
+  if (pt_dims.size() != 2 || pt_dims[0] != s->B) return "page_table must be [B, pages_per_seq], got " + DimsStr(pt_dims);
+  s->npp = pt_dims[1];
+  if (bd_dims.size() != 2 || bd_dims[0] != s->B || bd_dims[1] != s->G) return "kv_bounds must be [B, G], got " + DimsStr(bd_dims);
+  if (o_dims.size() != 4 || o_dims[0] != s->B || o_dims[1] != s->G || o_dims[2] != s->H || o_dims[3] != s->Dl)
+    return "o must be [B, G, H, Dl], got " + DimsStr(o_dims);
+  if (lse_dims.size() != 3 || lse_dims[0] != s->B || lse_dims[1] != s->G || lse_dims[2] != s->H)
+    return "lse must be [B, G, H], got " + DimsStr(lse_dims);
   if (s->P <= 0) return "page size must be positive";
   return "";
 }

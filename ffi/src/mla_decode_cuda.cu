@@ -1,4 +1,4 @@
-// CUDA handler of the helix_mla_decode FFI target for Hopper (sm_90a).
+// CUDA handlers of the helix_mla_decode{,_fp8,_nvfp4} FFI targets for Hopper (sm_90a).
 //
 // Three launches per call, all on XLA's stream:
 //   1. mla_schedule   (1 thread)   splits the step's total KV work evenly over `num_parts` CTAs per
@@ -12,6 +12,17 @@
 //   3. mla_combine    (B*G*H blocks) exact LSE-weighted merge of a sequence's segments into o / lse.
 // Query rows = G*H folded (row r = g*H + h); each row is masked by its own token's bound.
 // Only slots < max_g bound of a sequence are read, only through its page table; zero-filled otherwise.
+//
+// Quantized pages (targets helix_mla_decode_fp8 / helix_mla_decode_nvfp4; layouts of helix_jax/quant.py):
+// the same kernel, templated on the KV format. A 64-token tile's raw bytes (fp8: 576 B/token; nvfp4:
+// 288 B of packed E2M1 codes + 36 E4M3 block scales, staged at 336 B/token) stream through a cp.async
+// double buffer that occupies the bf16 kernel's second KV tile; at the top of each iteration all 256
+// threads dequantize the staged tile into the (single) 16-bit KV tile in the wgmma layout, while the
+// next tile's raw bytes are in flight. The per-tensor scale is folded out of the tile: the tile holds
+// the exact code values (fp8: E4M3 -> f16 via cvt.rn.f16x2.e4m3x2, exact in bf16/f16; nvfp4: e2m1 * sf,
+// at most 6 significant bits, exact too), S is scaled by softmax_scale * fl32(1/scale) and the output by
+// fl32(1/scale). So the kernel computes the reference's dequantized decode up to float32 rounding
+// (reference: fl32(q * fl32(1/s)) per element; here: (sum q*code) * fl32(1/s)).
 #include "xla/ffi/api/ffi.h"  // before any other CUDA/CUTLASS header (DESIGN.md, FFI pitfalls)
 
 #include <cuda_bf16.h>
@@ -184,6 +195,15 @@ __device__ __forceinline__ void WgmmaPV(float (&d)[32][4], uint64_t da, uint64_t
 // N-major, LBO = stride between 64-column blocks and SBO = stride between 8-token groups (the swapped
 // reading was built and failed the reference check on the H200, 2026-11-30).
 enum KernelMode { kMma = 0, kWgmma = 1 };
+// KV page formats: native 16-bit (bf16/f16, the q dtype), FP8 E4M3 per-tensor scale, NVFP4.
+enum KvFmt { kFmtNative = 0, kFmtFp8 = 1, kFmtNvfp4 = 2 };
+// Staged bytes per token of a quantized tile. nvfp4 row: [0,256) latent codes, [256,288) rope codes,
+// [288,320) latent block scales, [320,324) rope block scales, padded to 16 bytes. With this order the
+// 16-value group c (0..35: 32 latent, then 4 rope) has its 8 code bytes at 8c and its scale at 288 + c.
+constexpr int kFp8RowBytes = kD, kNv4RowBytes = 336;
+__host__ __device__ constexpr int StageRowBytes(int fmt) { return fmt == kFmtFp8 ? kFp8RowBytes : kNv4RowBytes; }
+static_assert(2 * kTokTile * kFp8RowBytes <= kTileElems * 2, "fp8 staging must fit the second KV tile");
+static_assert(2 * kTokTile * kNv4RowBytes <= kTileElems * 2, "nvfp4 staging must fit the second KV tile");
 
 struct Params {
   const uint16_t* q_lat;   // [B, GH, 512]
@@ -196,6 +216,16 @@ struct Params {
   float* lse_part;         // [max_segs, GH]
   int B, G, H, GH, P, npp, N, cap;
   float scale_log2;
+};
+
+// Quantized pages only (kFmt != kFmtNative): a separate kernel parameter so the native kernel's
+// parameter block and code stay as they were.
+struct QParams {
+  const uint8_t* kv_lat8;   // fp8 [N, P, 512] e4m3 | nvfp4 [N, P, 256] packed e2m1
+  const uint8_t* kv_rope8;  // fp8 [N, P, 64] e4m3  | nvfp4 [N, P, 32] packed e2m1
+  const uint8_t* lat_sf;    // nvfp4 [N, P, 32] e4m3 block scales
+  const uint8_t* rope_sf;   // nvfp4 [N, P, 4] e4m3 block scales
+  const float* kv_scale;    // [1] per-tensor orig->quant scale (fp8 scale / nvfp4 global_scale)
 };
 
 // One 64-token KV tile (latent + rope, 576 wide) of sequence b into shared memory; slots >= len are
@@ -233,8 +263,109 @@ __device__ __forceinline__ void LoadQ(uint16_t* sq, const Params& p, int b, int 
   }
 }
 
-template <bool kBf16, int kMode>
-__global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s) {
+__device__ __forceinline__ void CpAsync4(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(SmemAddr(dst)), "l"(src), "r"(valid ? 4 : 0));
+}
+
+// Raw bytes of one 64-token quantized tile into the staging buffer `st` (StageRowBytes per token);
+// slots >= len are zero-filled (code 0 = 0.0, block scale 0) without a global read.
+template <int kFmt>
+__device__ __forceinline__ void LoadKvRaw(unsigned char* st, const Params& p, const QParams& qp, int b, int blk, int len) {
+  const int tok = threadIdx.x >> 2, q = threadIdx.x & 3;
+  const int t = blk * kTokTile + tok;
+  const bool valid = t < len;
+  long long row = 0;
+  if (valid) {
+    const int page = min(max(p.page_table[(long long)b * p.npp + t / p.P], 0), p.N - 1);
+    row = (long long)page * p.P + (t % p.P);
+  }
+  unsigned char* dst = st + tok * StageRowBytes(kFmt);
+  if constexpr (kFmt == kFmtFp8) {
+    const uint8_t* lat = qp.kv_lat8 + row * kDl;
+    const uint8_t* rope = qp.kv_rope8 + row * kDr;
+#pragma unroll
+    for (int j = 0; j < 9; ++j) {  // 36 chunks of 16 B: 32 latent + 4 rope
+      const int ch = q + 4 * j;
+      CpAsync16(dst + ch * 16, ch < 32 ? lat + ch * 16 : rope + (ch - 32) * 16, valid);
+    }
+  } else {
+    const uint8_t* lat = qp.kv_lat8 + row * (kDl / 2);
+    const uint8_t* rope = qp.kv_rope8 + row * (kDr / 2);
+    const uint8_t* lsf = qp.lat_sf + row * (kDl / 16);
+#pragma unroll
+    for (int j = 0; j < 5; ++j) {  // 20 chunks of 16 B: 16 latent codes, 2 rope codes, 2 latent scales
+      const int ch = q + 4 * j;
+      CpAsync16(dst + ch * 16, ch < 16 ? lat + ch * 16 : ch < 18 ? rope + (ch - 16) * 16 : lsf + (ch - 18) * 16, valid);
+    }
+    if (q == 0) CpAsync4(dst + 320, qp.rope_sf + row * (kDr / 16), valid);  // rope scales: 4 B per row
+  }
+}
+
+// Two E4M3 codes (low byte = lower element) -> two exact 16-bit values of the kernel's type.
+template <bool kBf16>
+__device__ __forceinline__ uint32_t Fp8x2ToT(uint32_t v) {
+  uint32_t h;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"((unsigned short)(v & 0xFFFF)));
+  if constexpr (!kBf16) return h;
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  return Pack2<true>(f.x, f.y);  // every E4M3 value is a bf16 value: exact
+}
+
+// One E4M3 block scale as float.
+__device__ __forceinline__ float E4m3ToFloat(uint32_t v) {
+  uint32_t h;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"((unsigned short)(v & 0xFF)));
+  return __half2float(__ushort_as_half((unsigned short)(h & 0xFFFF)));
+}
+
+// Two E2M1 codes (one byte, element 2k in the low nibble) times block scale sf -> two 16-bit values.
+// The 3 magnitude bits of a code, placed at f16 bits 9..11, read as an f16 equal to e2m1 * 2^-14
+// (code exponent 0 lands on the f16 subnormals, which is exactly E2M1's subnormal 0.5); one f16x2
+// multiply by 2^14 (subnormals kept: no .ftz) gives the values. e2m1 * sf has <= 6 significant bits
+// and lies in [2^-10, 2688]: exact in f32, bf16 and f16.
+template <bool kBf16>
+__device__ __forceinline__ uint32_t Fp4x2ToT(uint32_t byte, float sf) {
+  const uint32_t lo = byte & 15u, hi = (byte >> 4) & 15u;
+  const uint32_t bits = ((lo & 8u) << 12) | ((lo & 7u) << 9) | ((hi & 8u) << 28) | ((hi & 7u) << 25);
+  uint32_t h;
+  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(h) : "r"(bits), "r"(0x74007400u));
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  return Pack2<kBf16>(f.x * sf, f.y * sf);
+}
+
+// Staged quantized tile -> 16-bit KV tile sk (wgmma layout). Unit = 16 consecutive values of one
+// token (fp8: 16 code bytes; nvfp4: one 16-value block = 8 code bytes + its scale) -> element chunks
+// 2c, 2c+1 of that token; 64 tokens x 36 units = 9 per thread.
+template <bool kBf16, int kFmt>
+__device__ __forceinline__ void DequantTile(uint16_t* sk, const unsigned char* st) {
+#pragma unroll 3
+  for (int i = 0; i < (kTokTile * 36) / kThreads; ++i) {
+    const int u = threadIdx.x + i * kThreads;
+    const int tok = u / 36, c = u - tok * 36;
+    uint32_t out[8];
+    if constexpr (kFmt == kFmtFp8) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(st + tok * kFp8RowBytes + c * 16);
+      out[0] = Fp8x2ToT<kBf16>(raw.x); out[1] = Fp8x2ToT<kBf16>(raw.x >> 16);
+      out[2] = Fp8x2ToT<kBf16>(raw.y); out[3] = Fp8x2ToT<kBf16>(raw.y >> 16);
+      out[4] = Fp8x2ToT<kBf16>(raw.z); out[5] = Fp8x2ToT<kBf16>(raw.z >> 16);
+      out[6] = Fp8x2ToT<kBf16>(raw.w); out[7] = Fp8x2ToT<kBf16>(raw.w >> 16);
+    } else {
+      const unsigned char* row = st + tok * kNv4RowBytes;
+      const uint2 raw = *reinterpret_cast<const uint2*>(row + c * 8);
+      const float sf = E4m3ToFloat(row[288 + c]);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        out[k] = Fp4x2ToT<kBf16>(raw.x >> (8 * k), sf);
+        out[4 + k] = Fp4x2ToT<kBf16>(raw.y >> (8 * k), sf);
+      }
+    }
+    *reinterpret_cast<uint4*>(sk + TileOff(tok, 2 * c)) = make_uint4(out[0], out[1], out[2], out[3]);
+    *reinterpret_cast<uint4*>(sk + TileOff(tok, 2 * c + 1)) = make_uint4(out[4], out[5], out[6], out[7]);
+  }
+}
+
+template <bool kBf16, int kMode, int kFmt = kFmtNative>
+__global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s, QParams qp) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // 128-byte swizzle atoms must start on 1024-byte boundaries.
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
@@ -242,6 +373,15 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s) {
   uint16_t* sK0 = sQ + kTileElems;
   uint16_t* sP = sQ + 3 * kTileElems;                              // [64 rows][64 tokens]
   float* sRed = reinterpret_cast<float*>(sP + kRowsTile * kTokTile);  // [2][64]
+  // Quantized formats: one 16-bit KV tile (sK0); the second tile's space holds two raw staging buffers.
+  unsigned char* stage = reinterpret_cast<unsigned char*>(sQ + 2 * kTileElems);
+  constexpr int kStageBytes = kTokTile * StageRowBytes(kFmt);
+  // Per-tensor scale folded into the logit scale and the output (see the header comment).
+  float q_scale_log2 = 0.f, q_out_mul = 1.f;
+  if constexpr (kFmt != kFmtNative) {
+    q_out_mul = __frcp_rn(__ldg(qp.kv_scale));   // fl32(1/scale), IEEE-rounded as in the reference
+    q_scale_log2 = p.scale_log2 * q_out_mul;
+  }
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rg = warp & 3;   // rows 16*rg .. 16*rg+15 of the tile
@@ -259,7 +399,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s) {
     if (row0 + lr1 < p.GH) bnd1 = min(max(p.bounds[b * p.G + (row0 + lr1) / p.H], 0), p.cap);
 
     LoadQ(sQ, p, b, row0);
-    LoadKv(sK0, p, b, blk0, len);
+    if constexpr (kFmt == kFmtNative) LoadKv(sK0, p, b, blk0, len);
+    else LoadKvRaw<kFmt>(stage, p, qp, b, blk0, len);
     CpAsyncCommit();
 
     float acc[32][4];
@@ -268,13 +409,21 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s) {
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
 
     for (int blk = blk0; blk < blk1; ++blk) {
-      uint16_t* sK = sK0 + ((blk - blk0) & 1) * kTileElems;
+      uint16_t* sK = kFmt == kFmtNative ? sK0 + ((blk - blk0) & 1) * kTileElems : sK0;
       if (blk + 1 < blk1) {
-        LoadKv(sK0 + ((blk + 1 - blk0) & 1) * kTileElems, p, b, blk + 1, len);
+        if constexpr (kFmt == kFmtNative) LoadKv(sK0 + ((blk + 1 - blk0) & 1) * kTileElems, p, b, blk + 1, len);
+        else LoadKvRaw<kFmt>(stage + ((blk + 1 - blk0) & 1) * kStageBytes, p, qp, b, blk + 1, len);
         CpAsyncCommit();
         CpAsyncWait<1>();
       } else {
         CpAsyncWait<0>();
+      }
+      if constexpr (kFmt != kFmtNative) {
+        // The staging buffer read here was last written by cp.async (this thread's wait covers only its
+        // own copies: the barrier publishes all of them); the tile it fills was last read by the
+        // previous iteration's PV, which ended with a barrier. The next tile's copies stay in flight.
+        __syncthreads();
+        DequantTile<kBf16, kFmt>(sK, stage + ((blk - blk0) & 1) * kStageBytes);
       }
       if constexpr (kMode != kMma) FenceProxyAsync();  // cp.async writes -> wgmma (async proxy) reads
       __syncthreads();
@@ -319,8 +468,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s) {
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           const int t = blk * kTokTile + half * 32 + nt * 8 + (lane & 3) * 2 + j;
-          sc[nt][j] = t < bnd0 ? sc[nt][j] * p.scale_log2 : -INFINITY;
-          sc[nt][2 + j] = t < bnd1 ? sc[nt][2 + j] * p.scale_log2 : -INFINITY;
+          const float sl2 = kFmt == kFmtNative ? p.scale_log2 : q_scale_log2;
+          sc[nt][j] = t < bnd0 ? sc[nt][j] * sl2 : -INFINITY;
+          sc[nt][2 + j] = t < bnd1 ? sc[nt][2 + j] * sl2 : -INFINITY;
           mx0 = fmaxf(mx0, sc[nt][j]);
           mx1 = fmaxf(mx1, sc[nt][2 + j]);
         }
@@ -410,7 +560,11 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s) {
     }
     __syncthreads();
     const float L0 = sRed[lr0] + sRed[kRowsTile + lr0], L1 = sRed[lr1] + sRed[kRowsTile + lr1];
-    const float inv0 = L0 > 0.f ? 1.f / L0 : 0.f, inv1 = L1 > 0.f ? 1.f / L1 : 0.f;
+    float inv0 = L0 > 0.f ? 1.f / L0 : 0.f, inv1 = L1 > 0.f ? 1.f / L1 : 0.f;
+    if constexpr (kFmt != kFmtNative) {  // V = code values: the per-tensor dequant scale applies once here
+      inv0 *= q_out_mul;
+      inv1 *= q_out_mul;
+    }
     const int gr0 = row0 + lr0, gr1 = row0 + lr1;
     float* o0 = p.o_part + ((long long)si * p.GH + gr0) * kDl + half * 256 + (lane & 3) * 2;
     float* o1 = p.o_part + ((long long)si * p.GH + gr1) * kDl + half * 256 + (lane & 3) * 2;
@@ -492,8 +646,9 @@ int KernelModeFromEnv() {
   return mode;
 }
 
-template <bool kBf16, int kMode>
-cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtiles, cudaStream_t stream) {
+template <bool kBf16, int kMode, int kFmt = kFmtNative>
+cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtiles, cudaStream_t stream,
+                       const QParams& qp = QParams{}) {
   // The >48 KB shared-memory opt-in is per device: set it once for each device this process launches on
   // (a once-per-process flag left every GPU but the first failing the launch).
   static std::atomic<uint64_t> ready{0};
@@ -502,17 +657,19 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
   if (err != cudaSuccess) return err;
   const uint64_t bit = dev < 64 ? (1ull << dev) : 0;
   if (bit == 0 || !(ready.load(std::memory_order_acquire) & bit)) {
-    err = cudaFuncSetAttribute(mla_split_kv<kBf16, kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+    err = cudaFuncSetAttribute(mla_split_kv<kBf16, kMode, kFmt>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
     if (err != cudaSuccess) return err;
     ready.fetch_or(bit, std::memory_order_acq_rel);
   }
-  mla_split_kv<kBf16, kMode><<<dim3(num_parts, mtiles), kThreads, kSmemBytes, stream>>>(p, s);
+  mla_split_kv<kBf16, kMode, kFmt><<<dim3(num_parts, mtiles), kThreads, kSmemBytes, stream>>>(p, s, qp);
   return cudaGetLastError();
 }
 
-template <bool kBf16>
-ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms, uint16_t* o, float* lse) {
-  const int mode = KernelModeFromEnv();
+// kFmt != kFmtNative always runs the wgmma variant (HELIX_MLA_DECODE_KERNEL selects the native kernel only).
+template <bool kBf16, int kFmt = kFmtNative>
+ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms, uint16_t* o, float* lse,
+                  const QParams& qp = QParams{}) {
+  const int mode = kFmt == kFmtNative ? KernelModeFromEnv() : (int)kWgmma;
   if (mode < 0) return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_KERNEL must be mma or wgmma");
   Params p = base;
   const int mtiles = (p.GH + kRowsTile - 1) / kRowsTile;
@@ -524,7 +681,8 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
 
   mla_schedule<<<1, 1, 0, stream>>>(p.bounds, p.B, p.G, p.cap, num_parts, s);
   HELIX_CUDA_CHECK(cudaGetLastError());
-  if (mode == kMma) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMma>(p, s, num_parts, mtiles, stream)));
+  if constexpr (kFmt != kFmtNative) HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmma, kFmt>(p, s, num_parts, mtiles, stream, qp)));
+  else if (mode == kMma) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMma>(p, s, num_parts, mtiles, stream)));
   else HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmma>(p, s, num_parts, mtiles, stream)));
   mla_combine<kBf16><<<(unsigned)(p.B * p.GH), 128, 0, stream>>>(p.o_part, p.lse_part, s, p.GH, o, lse);
   HELIX_CUDA_CHECK(cudaGetLastError());
@@ -587,6 +745,90 @@ ffi::Error MlaDecodeCuda(cudaStream_t stream, ffi::AnyBuffer q_lat,
   return Launch<false>(stream, ws, p, num_sms, out, lse->typed_data());
 }
 
+// Shared body of the fp8 / nvfp4 CUDA handlers: pools = {c_latent, k_rope[, c_latent_sf, k_rope_sf]}.
+template <int kFmt>
+ffi::Error MlaDecodeQuantCuda(const char* tgt, cudaStream_t stream, ffi::AnyBuffer q_lat, ffi::AnyBuffer q_rope,
+                              std::initializer_list<const ffi::AnyBuffer*> pools, ffi::AnyBuffer scale,
+                              ffi::Buffer<ffi::S32> page_table, ffi::Buffer<ffi::S32> kv_bounds, float softmax_scale,
+                              ffi::Result<ffi::AnyBuffer> o, ffi::Result<ffi::Buffer<ffi::F32>> lse,
+                              ffi::Result<ffi::AnyBuffer> workspace) {
+  const std::string name = std::string(tgt) + " (CUDA): ";
+  MlaShape s;
+  std::string err = kFmt == kFmtFp8
+      ? CheckQuantShapes(q_lat, q_rope, pools, {1, 1}, page_table.dimensions(), kv_bounds.dimensions(),
+                         o->dimensions(), lse->dimensions(), &s)
+      : CheckQuantShapes(q_lat, q_rope, pools, {2, 2, 16, 16}, page_table.dimensions(), kv_bounds.dimensions(),
+                         o->dimensions(), lse->dimensions(), &s);
+  if (!err.empty()) return ffi::Error::InvalidArgument(name + err);
+  const ffi::AnyBuffer* const* pv = pools.begin();
+  if constexpr (kFmt == kFmtFp8) {
+    if (pv[0]->element_type() != ffi::DataType::F8E4M3FN || pv[1]->element_type() != ffi::DataType::F8E4M3FN)
+      return ffi::Error::InvalidArgument(name + "c_latent/k_rope must be float8_e4m3fn");
+  } else {
+    if (pv[0]->element_type() != ffi::DataType::U8 || pv[1]->element_type() != ffi::DataType::U8 ||
+        pv[2]->element_type() != ffi::DataType::F8E4M3FN || pv[3]->element_type() != ffi::DataType::F8E4M3FN)
+      return ffi::Error::InvalidArgument(name + "codes must be uint8 and block scales float8_e4m3fn");
+  }
+  if (scale.element_type() != ffi::DataType::F32 || scale.element_count() != 1)
+    return ffi::Error::InvalidArgument(name + "the per-tensor scale must be one float32");
+  const auto t = q_lat.element_type();
+  if ((t != ffi::DataType::BF16 && t != ffi::DataType::F16) || q_rope.element_type() != t || o->element_type() != t)
+    return ffi::Error::InvalidArgument(name + "q_latent, q_rope and o must share one dtype, bf16 or f16");
+  if (s.Dl != kDl || s.Dr != kDr)
+    return ffi::Error::InvalidArgument(name + "needs Dl=512 and Dr=64, got Dl=" + std::to_string(s.Dl) +
+                                       ", Dr=" + std::to_string(s.Dr));
+  if (s.P % 16 != 0) return ffi::Error::InvalidArgument(name + "page size must be a multiple of 16, got " + std::to_string(s.P));
+  if (s.N * s.P * kDl >= (1LL << 40) || s.npp * s.P >= (1LL << 30) || s.B * s.rows() >= (1LL << 31))
+    return ffi::Error::InvalidArgument(name + "shapes too large");
+  if (s.B == 0 || s.rows() == 0) return ffi::Error::Success();
+  if (s.N == 0) return ffi::Error::InvalidArgument(name + "empty page pool");
+  const int num_sms = NumSms();
+  if (num_sms <= 0) return ffi::Error::Internal(name + "cannot read the multiprocessor count");
+
+  Params p{};
+  p.q_lat = static_cast<const uint16_t*>(q_lat.untyped_data());
+  p.q_rope = static_cast<const uint16_t*>(q_rope.untyped_data());
+  QParams qp{};
+  qp.kv_lat8 = static_cast<const uint8_t*>(pv[0]->untyped_data());
+  qp.kv_rope8 = static_cast<const uint8_t*>(pv[1]->untyped_data());
+  if constexpr (kFmt == kFmtNvfp4) {
+    qp.lat_sf = static_cast<const uint8_t*>(pv[2]->untyped_data());
+    qp.rope_sf = static_cast<const uint8_t*>(pv[3]->untyped_data());
+  }
+  qp.kv_scale = static_cast<const float*>(scale.untyped_data());
+  p.page_table = page_table.typed_data();
+  p.bounds = kv_bounds.typed_data();
+  p.B = (int)s.B; p.G = (int)s.G; p.H = (int)s.H; p.GH = (int)s.rows();
+  p.P = (int)s.P; p.npp = (int)s.npp; p.N = (int)s.N; p.cap = (int)(s.npp * s.P);
+  p.scale_log2 = softmax_scale * kLog2e;
+  const size_t need = Layout(s.B, s.rows()).total;
+  if (workspace->size_bytes() < need)
+    return ffi::Error::InvalidArgument(name + "workspace has " + std::to_string(workspace->size_bytes()) +
+                                       " bytes, needs " + std::to_string(need));
+  char* ws = static_cast<char*>(workspace->untyped_data());
+  auto* out = static_cast<uint16_t*>(o->untyped_data());
+  if (t == ffi::DataType::BF16) return Launch<true, kFmt>(stream, ws, p, num_sms, out, lse->typed_data(), qp);
+  return Launch<false, kFmt>(stream, ws, p, num_sms, out, lse->typed_data(), qp);
+}
+
+ffi::Error MlaDecodeFp8Cuda(cudaStream_t stream, ffi::AnyBuffer q_lat, ffi::AnyBuffer q_rope, ffi::AnyBuffer c_lat,
+                            ffi::AnyBuffer k_rope, ffi::AnyBuffer scale, ffi::Buffer<ffi::S32> page_table,
+                            ffi::Buffer<ffi::S32> kv_bounds, float softmax_scale, ffi::Result<ffi::AnyBuffer> o,
+                            ffi::Result<ffi::Buffer<ffi::F32>> lse, ffi::Result<ffi::AnyBuffer> workspace) {
+  return MlaDecodeQuantCuda<kFmtFp8>("helix_mla_decode_fp8", stream, q_lat, q_rope, {&c_lat, &k_rope}, scale,
+                                     page_table, kv_bounds, softmax_scale, o, lse, workspace);
+}
+
+ffi::Error MlaDecodeNvfp4Cuda(cudaStream_t stream, ffi::AnyBuffer q_lat, ffi::AnyBuffer q_rope, ffi::AnyBuffer c_lat,
+                              ffi::AnyBuffer k_rope, ffi::AnyBuffer c_lat_sf, ffi::AnyBuffer k_rope_sf,
+                              ffi::AnyBuffer global_scale, ffi::Buffer<ffi::S32> page_table,
+                              ffi::Buffer<ffi::S32> kv_bounds, float softmax_scale, ffi::Result<ffi::AnyBuffer> o,
+                              ffi::Result<ffi::Buffer<ffi::F32>> lse, ffi::Result<ffi::AnyBuffer> workspace) {
+  return MlaDecodeQuantCuda<kFmtNvfp4>("helix_mla_decode_nvfp4", stream, q_lat, q_rope,
+                                       {&c_lat, &k_rope, &c_lat_sf, &k_rope_sf}, global_scale, page_table, kv_bounds,
+                                       softmax_scale, o, lse, workspace);
+}
+
 }  // namespace
 }  // namespace helix_ffi
 
@@ -597,6 +839,38 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(HelixMlaDecodeCuda, helix_ffi::MlaDecodeCuda,
                                   .Arg<xla::ffi::AnyBuffer>()                 // q_rope
                                   .Arg<xla::ffi::AnyBuffer>()                 // c_latent
                                   .Arg<xla::ffi::AnyBuffer>()                 // k_rope
+                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()     // page_table
+                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()     // kv_bounds
+                                  .Attr<float>("softmax_scale")
+                                  .Ret<xla::ffi::AnyBuffer>()                 // o
+                                  .Ret<xla::ffi::Buffer<xla::ffi::F32>>()     // lse
+                                  .Ret<xla::ffi::AnyBuffer>());               // workspace (split-KV partials)
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HelixMlaDecodeFp8Cuda, helix_ffi::MlaDecodeFp8Cuda,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()                 // q_latent
+                                  .Arg<xla::ffi::AnyBuffer>()                 // q_rope
+                                  .Arg<xla::ffi::AnyBuffer>()                 // c_latent (e4m3)
+                                  .Arg<xla::ffi::AnyBuffer>()                 // k_rope (e4m3)
+                                  .Arg<xla::ffi::AnyBuffer>()                 // scale [1] f32
+                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()     // page_table
+                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()     // kv_bounds
+                                  .Attr<float>("softmax_scale")
+                                  .Ret<xla::ffi::AnyBuffer>()                 // o
+                                  .Ret<xla::ffi::Buffer<xla::ffi::F32>>()     // lse
+                                  .Ret<xla::ffi::AnyBuffer>());               // workspace (split-KV partials)
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HelixMlaDecodeNvfp4Cuda, helix_ffi::MlaDecodeNvfp4Cuda,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()                 // q_latent
+                                  .Arg<xla::ffi::AnyBuffer>()                 // q_rope
+                                  .Arg<xla::ffi::AnyBuffer>()                 // c_latent (packed e2m1)
+                                  .Arg<xla::ffi::AnyBuffer>()                 // k_rope (packed e2m1)
+                                  .Arg<xla::ffi::AnyBuffer>()                 // c_latent_sf (e4m3)
+                                  .Arg<xla::ffi::AnyBuffer>()                 // k_rope_sf (e4m3)
+                                  .Arg<xla::ffi::AnyBuffer>()                 // global_scale [1] f32
                                   .Arg<xla::ffi::Buffer<xla::ffi::S32>>()     // page_table
                                   .Arg<xla::ffi::Buffer<xla::ffi::S32>>()     // kv_bounds
                                   .Attr<float>("softmax_scale")

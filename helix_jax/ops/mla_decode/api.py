@@ -52,11 +52,14 @@ def supported_kv_dtypes(module) -> tuple:
 
 def _operand_problem(mod, platform, q_latent, pages):
     """Why ``mod`` cannot take these operands (its optional ``check_operands`` hook), or None."""
-    check = getattr(mod, "check_operands", None)
-    if check is None or not isinstance(pages, MLAPages):
+    if isinstance(pages, MLAPages):
+        check, args = getattr(mod, "check_operands", None), (platform, q_latent, pages.c_latent, pages.k_rope)
+    else:  # quantized pages: optional ``check_quantized_operands(platform, q_latent, pages)``
+        check, args = getattr(mod, "check_quantized_operands", None), (platform, q_latent, pages)
+    if check is None or pages is None:
         return None
     try:
-        check(platform, q_latent, pages.c_latent, pages.k_rope)
+        check(*args)
     except ValueError as e:
         return str(e)
     return None

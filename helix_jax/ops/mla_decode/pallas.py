@@ -5,6 +5,10 @@ up to its longest bound with an online softmax. Triton needs power-of-2 block si
 key is two operands (512 latent + 64 rope) and the page size must be a power of 2 (>= 16 on GPU, where
 ``jnp.dot`` needs K >= 16). Only pages in the table and only slots below the sequence's longest bound
 are loaded (masked loads, zero elsewhere). No split-KV: a simple portable baseline, not the fast path.
+
+Quantized pages (``mla_decode_quantized``): FP8Pages and NVFP4Pages are loaded as stored (codes and
+block scales) and dequantized per page inside the kernel; nvfp4 computes S and PV on the even / odd
+feature halves (the two nibbles of a byte) so the kernel never interleaves nibbles.
 """
 from __future__ import annotations
 
@@ -133,3 +137,154 @@ def mla_decode(q_latent, q_rope, c_latent, k_rope, page_table, kv_bounds, softma
         **extra,
     )(lens, page_table.astype(jnp.int32), row_bounds, ql, qr, c_latent, k_rope)
     return o[:, :rows].reshape(b, g, h, DL), lse[:, :rows].reshape(b, g, h)
+
+
+# -- quantized pages (FP8Pages / NVFP4Pages): dequantized in the kernel ---------------------------
+SUPPORTED_KV_DTYPES = ("bf16", "fp8_e4m3", "nvfp4")
+
+
+def _e2m1(codes):
+    """E2M1 codes (int32, 0..15: sign<<3 | exp<<1 | man) -> float32 values, arithmetically (no gather)."""
+    mag, e = codes & 7, (codes >> 1) & 3
+    m = (mag & 1).astype(jnp.float32)
+    val = jnp.where(e == 0, 0.5 * m, (1.0 + 0.5 * m) * (jnp.left_shift(1, e) // 2).astype(jnp.float32))
+    return jnp.where((codes & 8) != 0, -val, val)
+
+
+def _nvfp4_halves(packed, sf, inv):
+    """Packed codes ``[P, D/2]`` + block scales ``[P, D/16]`` -> even / odd features ``[P, D/2]`` each.
+
+    Feature ``2k`` is byte ``k``'s low nibble, ``2k+1`` its high nibble; both lie in block ``k // 8``.
+    Value ``fl32(e2m1 * sf) * fl32(1/global)`` as in ``helix_jax.quant``.
+    """
+    c = packed.astype(jnp.int32)
+    p_, half = c.shape
+    sf = sf.astype(jnp.float32)
+    sfx = jnp.broadcast_to(sf[:, :, None], (p_, half // 8, 8)).reshape(p_, half)
+    return (_e2m1(c & 15) * sfx) * inv, (_e2m1(c >> 4) * sfx) * inv
+
+
+def _quant_kernel(lens_ref, pt_ref, rb_ref, inv_ref, *refs, fmt, page, n_pages, scale, interpret):
+    """fp8: refs = (ql, qr, c_latent, k_rope, o, lse). nvfp4: the queries come as even / odd feature
+    halves (ql_e, ql_o, qr_e, qr_o), then (codes_lat, codes_rope, sf_lat, sf_rope, o_even, o_odd, lse);
+    S and PV are computed per half, so no nibble interleave is needed in the kernel."""
+    b = pl.program_id(0)
+    f32 = jnp.float32
+    inv = inv_ref[0]
+    rb = rb_ref[...]
+    n = lens_ref[b]
+    if fmt == "fp8_e4m3":
+        ql_ref, qr_ref, cl_ref, kr_ref, *outs = refs
+        qs = (ql_ref[...], qr_ref[...])
+    else:
+        qle, qlo, qre, qro, cl_ref, kr_ref, csf_ref, ksf_ref, *outs = refs
+        qs = (qle[...], qlo[...], qre[...], qro[...])
+    lse_ref, o_refs = outs[-1], outs[:-1]
+    bm, dt = qs[0].shape[0], qs[0].dtype
+
+    def rows(pid, valid):
+        """The page's dequantized KV parts, matching ``qs`` (latent parts first); zero past the bound."""
+        ld = functools.partial(_load, mask=valid[:, None], interpret=interpret)
+        if fmt == "fp8_e4m3":
+            parts = [ld(cl_ref.at[pid]).astype(f32) * inv, ld(kr_ref.at[pid]).astype(f32) * inv]
+        else:
+            parts = [*_nvfp4_halves(ld(cl_ref.at[pid]), ld(csf_ref.at[pid]), inv),
+                     *_nvfp4_halves(ld(kr_ref.at[pid]), ld(ksf_ref.at[pid]), inv)]
+        return [jnp.where(valid[:, None], x, 0.0).astype(dt) for x in parts]
+
+    n_lat = len(o_refs)   # latent parts = output parts (fp8: 1, nvfp4: 2)
+
+    def body(j, carry):
+        m, l, accs = carry
+        pid = jnp.clip(pt_ref[b, j], 0, n_pages - 1)
+        tok = j * page + jax.lax.broadcasted_iota(jnp.int32, (page,), 0)
+        kv = rows(pid, tok < n)
+        s = sum(jnp.dot(q, k.T, preferred_element_type=f32) for q, k in zip(qs, kv)) * scale
+        s = jnp.where(tok[None, :] < rb[:, None], s, -jnp.inf)
+        m_new = jnp.maximum(m, jnp.max(s, axis=1))
+        m_use = jnp.where(m_new == -jnp.inf, 0.0, m_new)
+        alpha = jnp.exp(m - m_use)
+        p = jnp.exp(s - m_use[:, None])
+        l = l * alpha + jnp.sum(p, axis=1)
+        accs = tuple(a * alpha[:, None] + jnp.dot(p.astype(dt), v, preferred_element_type=f32)
+                     for a, v in zip(accs, kv[:n_lat]))
+        return m_new, l, accs
+
+    init = (jnp.full((bm,), -jnp.inf, f32), jnp.zeros((bm,), f32),
+            tuple(jnp.zeros((bm, r.shape[-1]), f32) for r in o_refs))
+    m, l, accs = jax.lax.fori_loop(0, (n + page - 1) // page, body, init)
+    live = l > 0
+    for r, a in zip(o_refs, accs):
+        r[...] = jnp.where(live[:, None], a / jnp.where(live, l, 1.0)[:, None], 0.0).astype(r.dtype)
+    lse_ref[...] = jnp.where(live, m + jnp.log(jnp.where(live, l, 1.0)), -jnp.inf)
+
+
+def check_quantized_operands(platform, q_latent, pages):
+    """Raise ``ValueError`` unless this backend handles these quantized pages."""
+    p = pages.c_latent.shape[1]
+    if q_latent.shape[-1] != DL:
+        raise ValueError(f"mla_decode implementation='pallas' needs Dl=512, got {q_latent.shape[-1]}")
+    if p & (p - 1) or (platform != "cpu" and p < 16):
+        raise ValueError(f"mla_decode implementation='pallas' needs a power-of-2 page size (>= 16 on GPU), got {p}")
+
+
+def mla_decode_quantized(q_latent, q_rope, pages, page_table, kv_bounds, softmax_scale):
+    """Bounded MLA decode of ``FP8Pages`` / ``NVFP4Pages`` in Pallas, dequantizing each page in the kernel.
+
+    Same contract as :func:`mla_decode`; the per-tensor reciprocal ``fl32(1/scale)`` is computed once
+    outside the kernel (an IEEE division, as the reference) and passed as a ``[1]`` operand.
+    """
+    from ...cache import kv_format
+    if isinstance(softmax_scale, jax.core.Tracer):
+        raise ValueError("mla_decode implementation='pallas' needs a static softmax_scale, got a tracer")
+    fmt = kv_format(pages)
+    if fmt not in ("fp8_e4m3", "nvfp4"):
+        raise ValueError(f"mla_decode_quantized: pages must be FP8Pages or NVFP4Pages, got {type(pages).__name__}")
+    interpret = jax.default_backend() == "cpu"
+    check_quantized_operands(jax.default_backend(), q_latent, pages)
+    b, g, h, dl = q_latent.shape
+    n, p = pages.c_latent.shape[:2]
+    rows = g * h
+    bm = max(16, min(64, int(pl.next_power_of_2(rows))))
+    r_pad = -(-rows // bm) * bm
+    cap = page_table.shape[1] * p
+    bounds = jnp.clip(kv_bounds.astype(jnp.int32), 0, cap)
+    row_bounds = jnp.pad(jnp.repeat(bounds, h, axis=1), ((0, 0), (0, r_pad - rows)))
+    lens = jnp.max(bounds, axis=1)
+    scalar = pages.scale if fmt == "fp8_e4m3" else pages.global_scale
+    inv = (jnp.float32(1.0) / scalar.astype(jnp.float32)).reshape(1)
+
+    def pad(x):
+        return jnp.pad(x.reshape(b, rows, x.shape[-1]), ((0, 0), (0, r_pad - rows), (0, 0)))
+
+    if fmt == "fp8_e4m3":
+        qs = [pad(q_latent), pad(q_rope)]
+        pools = [pages.c_latent, pages.k_rope]
+        outs = [dl]
+    else:
+        qs = [pad(q_latent[..., 0::2]), pad(q_latent[..., 1::2]), pad(q_rope[..., 0::2]), pad(q_rope[..., 1::2])]
+        pools = [pages.c_latent, pages.k_rope, pages.c_latent_sf, pages.k_rope_sf]
+        outs = [dl // 2, dl // 2]
+    kernel = functools.partial(_quant_kernel, fmt=fmt, page=p, n_pages=n, scale=float(softmax_scale),
+                               interpret=interpret)
+    extra = {}
+    if not interpret:
+        from jax.experimental.pallas import triton as plt
+        extra["compiler_params"] = plt.CompilerParams(num_warps=8 if bm == 64 else 4, num_stages=1)
+    res = pl.pallas_call(
+        kernel,
+        grid=(b, r_pad // bm),
+        in_specs=[pl.no_block_spec, pl.no_block_spec, pl.BlockSpec((None, bm), lambda i, m: (i, m)),
+                  pl.no_block_spec]
+                 + [pl.BlockSpec((None, bm, q.shape[-1]), lambda i, m: (i, m, 0)) for q in qs]
+                 + [pl.no_block_spec] * len(pools),
+        out_specs=[pl.BlockSpec((None, bm, d), lambda i, m: (i, m, 0)) for d in outs]
+                  + [pl.BlockSpec((None, bm), lambda i, m: (i, m))],
+        out_shape=[jax.ShapeDtypeStruct((b, r_pad, d), q_latent.dtype) for d in outs]
+                  + [jax.ShapeDtypeStruct((b, r_pad), jnp.float32)],
+        interpret=interpret,
+        **extra,
+    )(lens, page_table.astype(jnp.int32), row_bounds, inv, *qs, *pools)
+    *o_parts, lse = res
+    o = o_parts[0] if len(o_parts) == 1 else jnp.stack(o_parts, axis=-1).reshape(b, r_pad, dl)
+    return o[:, :rows].reshape(b, g, h, dl), lse[:, :rows].reshape(b, g, h)

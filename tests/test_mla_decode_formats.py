@@ -1,0 +1,241 @@
+"""FP8 / NVFP4 KV pages in every ``mla_decode`` backend that declares them (HELIX_SEMANTICS.md §10, R1, R2).
+
+CPU (CI): ``reference``, ``ffi`` (C++ CPU handlers of ``helix_mla_decode_fp8`` / ``_nvfp4``; a missing
+library FAILS) and ``pallas`` (interpret mode). GPU (``-m gpu`` on the H200): the CUDA kernel and Pallas
+Triton. The oracle is float64 numpy over the *dequantized* cache (dequantized independently, with the
+float32 formulas of ``helix_jax.quant``), so every backend must agree to rounding level. Pages no token
+may read (unreferenced pages, slots at or past a sequence's longest bound) hold random bytes, NaN codes
+included; the outputs' buffers are poisoned with NaN before each call.
+"""
+import functools
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+from helix_jax import HelixMLACache, ledger, make_cp_mesh, quant
+from helix_jax.cache import FP8Pages, NVFP4Pages
+from helix_jax.ops.mla_decode import api, mla_decode
+from test_kv_formats import R2_BOUNDS, R2_POS, dense_decode, gather_rows
+
+SCALE = 1.0 / np.sqrt(192.0)
+FORMATS = ("fp8_e4m3", "nvfp4")
+CPU_BACKENDS = ("reference", "ffi", "pallas")
+
+
+def test_backends_declare_the_formats():
+    for name in ("ffi", "pallas", "reference"):
+        assert set(FORMATS) <= set(api.supported_kv_dtypes(api._backend_module(name))), name
+
+
+def quantize_pool(fmt, x, s):
+    """float ``x [N, P, 576]`` -> pages of ``fmt`` with per-tensor scale ``s``."""
+    x = jnp.asarray(x, jnp.float32)
+    sc = jnp.full((1,), s, jnp.float32)
+    if fmt == "fp8_e4m3":
+        q = quant.quantize_fp8(x, s)
+        return FP8Pages(q[..., :512], q[..., 512:], sc)
+    c, csf = quant.quantize_nvfp4(x[..., :512], s)
+    k, ksf = quant.quantize_nvfp4(x[..., 512:], s)
+    return NVFP4Pages(c, k, csf, ksf, sc)
+
+
+def garbage(pages, dead, rng):
+    """Random bytes (NaN codes included) in every row field where ``dead [N, P]`` is set."""
+    out = {}
+    for f, x in zip(pages._fields, pages):
+        if x.ndim != 3:
+            continue
+        a = np.array(x).view(np.uint8).copy()
+        junk = rng.integers(0, 256, a.shape, dtype=np.uint8)
+        junk[..., 0] = 0x7F                       # at least one E4M3 NaN per dead row
+        a[dead] = junk[dead]
+        out[f] = jnp.asarray(a.view(x.dtype) if x.dtype != np.uint8 else a)
+    return pages._replace(**out)
+
+
+def make_case(fmt, rng, *, bounds, H, P, npp, spare=2, qdtype=jnp.float32):
+    """Random queries and a quantized pool in random page order; garbage wherever nothing may be read."""
+    bounds = np.asarray(bounds, np.int32)
+    B, G = bounds.shape
+    need = [-(-int(bounds[b].max()) // P) for b in range(B)]
+    N = sum(need) + spare
+    perm = rng.permutation(N).astype(np.int32)
+    table = rng.choice(perm[sum(need):], size=(B, npp)).astype(np.int32)
+    start = 0
+    for b in range(B):
+        table[b, :need[b]] = perm[start:start + need[b]]
+        start += need[b]
+    live = np.zeros((N, P), bool)
+    for b in range(B):
+        slots = np.arange(int(bounds[b].max()))
+        live[table[b, slots // P], slots % P] = True
+    x = rng.standard_normal((N, P, 576)).astype(np.float32) * 2
+    s = (448.0 if fmt == "fp8_e4m3" else 2688.0) / float(np.abs(x[live]).max() if live.any() else 1.0)
+    pages = garbage(quantize_pool(fmt, x, s), ~live, rng)
+    q = rng.standard_normal((B, G, H, 576)).astype(np.float32)
+    return dict(q_lat=jnp.asarray(q[..., :512], qdtype), q_rope=jnp.asarray(q[..., 512:], qdtype), pages=pages,
+                table=jnp.asarray(table), bounds=jnp.asarray(bounds))
+
+
+def run(case, implementation):
+    """Jitted call after filling the allocator with NaN buffers of the output sizes (poison)."""
+    b, g, h, dl = case["q_lat"].shape
+    poison = [jnp.full((b, g, h, dl), jnp.nan, case["q_lat"].dtype), jnp.full((b, g, h), jnp.nan, jnp.float32)]
+    jax.block_until_ready(poison)
+    del poison
+    f = jax.jit(functools.partial(mla_decode, softmax_scale=SCALE, implementation=implementation))
+    o, lse = f(case["q_lat"], case["q_rope"], case["pages"], case["table"], kv_bounds=case["bounds"])
+    return np.asarray(o.astype(jnp.float32), np.float64), np.asarray(lse, np.float64)
+
+
+def oracle(case, bounds=None):
+    q = np.concatenate([np.asarray(case["q_lat"].astype(jnp.float32)), np.asarray(case["q_rope"].astype(jnp.float32))], -1)
+    bounds = np.asarray(case["bounds"] if bounds is None else bounds)
+    rows = gather_rows(case["pages"], np.asarray(case["table"]))
+    live = np.arange(rows.shape[1])[None, :] < bounds.max(1)[:, None]
+    rows = np.where(live[..., None], rows, 0.0)      # the oracle never touches garbage either
+    return dense_decode(q, rows, bounds)
+
+
+def check(case, o, lse, *, tol_o, tol_lse):
+    ref_o, ref_lse = oracle(case)
+    empty = np.broadcast_to((np.asarray(case["bounds"]) == 0)[:, :, None], lse.shape)
+    assert not np.isnan(o).any() and not np.isnan(lse).any(), "NaN in the outputs"
+    assert np.all(lse[empty] == -np.inf) and np.all(o[empty] == 0.0), "bound-0 rows must give (0, -inf)"
+    live = ~empty
+    assert np.all(np.isfinite(lse[live]))
+    err = np.linalg.norm(o[live] - ref_o[live]) / np.linalg.norm(ref_o[live])
+    assert err < tol_o, f"o relative error {err:.2e} >= {tol_o}"
+    lse_err = np.max(np.abs(lse[live] - ref_lse[live]))
+    assert lse_err < tol_lse, f"lse max abs error {lse_err:.2e} >= {tol_lse}"
+
+
+# -- CPU: every backend vs the float64 oracle on the dequantized cache --------------------------
+@pytest.mark.parametrize("implementation", CPU_BACKENDS)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_cpu_backend_vs_float64_oracle(fmt, implementation, rng):
+    cap = 3 * 8
+    bounds = [[0, 5, 9], [cap - 2, cap - 1, cap], [8, 8, 13], [0, 0, 0]]
+    case = make_case(fmt, rng, bounds=bounds, H=4, P=8, npp=3)
+    o, lse = run(case, implementation)
+    check(case, o, lse, tol_o=2e-6, tol_lse=1e-5)    # float32 rounding level
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_ffi_cpu_bf16_queries(fmt, rng):
+    case = make_case(fmt, rng, bounds=[[3, 17], [1, 0]], H=3, P=8, npp=3, qdtype=jnp.bfloat16)
+    o, lse = run(case, "ffi")
+    check(case, o, lse, tol_o=8e-3, tol_lse=1e-4)    # bf16 output rounding
+
+
+# -- R2: bounds that differ from the implicit causal bound, per format and backend ----------------
+@pytest.mark.parametrize("implementation", CPU_BACKENDS)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_r2_examples_change_the_result_exactly_as_the_reference(fmt, implementation, rng):
+    """Examples A and B (cp=2, P=4, G=4): the true per-token bounds and the buggy implicit ones
+    ``K-(G-1)+j`` each give the oracle's result for those bounds, and differ exactly where the bounds do."""
+    mesh = make_cp_mesh(2)
+    kv = rng.standard_normal((2, 16, 576)).astype(np.float32)
+    q = rng.standard_normal((2, 4, 4, 576)).astype(np.float32)
+    cache = HelixMLACache.from_global(kv[..., :512], kv[..., 512:], R2_POS[:, -1] + 1, mesh=mesh,
+                                      page_size=4, max_len=16, kv_dtype=fmt)
+    for r in (0, 1):
+        pages, table = cache.rank_pages(r)
+        bounds = np.asarray(ledger.kv_bounds(R2_POS, r, page_size=4, cp_size=2))
+        np.testing.assert_array_equal(bounds, R2_BOUNDS[r])
+        implicit = np.maximum(bounds[:, -1:] - 3 + np.arange(4), 0).astype(np.int32)
+        outs = {}
+        for name, bd in (("true", bounds), ("implicit", implicit)):
+            case = dict(q_lat=jnp.asarray(q[..., :512]), q_rope=jnp.asarray(q[..., 512:]), pages=pages,
+                        table=jnp.asarray(table), bounds=jnp.asarray(bd, jnp.int32))
+            outs[name], lse = run(case, implementation)
+            check(case, outs[name], lse, tol_o=2e-6, tol_lse=1e-5)
+        differ = bounds != implicit
+        assert differ.any()
+        gap = np.abs(outs["true"] - outs["implicit"]).max(axis=(-1, -2))
+        assert np.all(gap[differ] > 1e-3) and np.all(gap[~differ] == 0)
+
+
+# -- lowering for CUDA from this CPU host ---------------------------------------------------------
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_ffi_quantized_cuda_lowering_emits_custom_call(fmt, rng):
+    from helix_jax.ops.mla_decode import ffi as ffi_backend
+    case = make_case(fmt, rng, bounds=[[64, 65]], H=4, P=64, npp=2, qdtype=jnp.bfloat16)
+
+    def f(ql, qr, pages, pt, bd):
+        return ffi_backend.mla_decode_quantized(ql, qr, pages, pt, bd, 0.125)
+
+    args = (case["q_lat"], case["q_rope"], case["pages"], case["table"], case["bounds"])
+    text = jax.jit(f).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    target = ffi_backend.QUANT_TARGETS[fmt][0]
+    lines = [ln for ln in text.splitlines() if "custom_call" in ln and f"@{target}" in ln]
+    assert len(lines) == 1, text
+    n = case["pages"].c_latent.shape[0]
+    pools = ("tensor<{n}x64x512xf8E4M3FN>, tensor<{n}x64x64xf8E4M3FN>" if fmt == "fp8_e4m3" else
+             "tensor<{n}x64x256xui8>, tensor<{n}x64x32xui8>, tensor<{n}x64x32xf8E4M3FN>, tensor<{n}x64x4xf8E4M3FN>")
+    ws = ffi_backend.workspace_bytes(1, 2 * 4)
+    want = (f"tensor<1x2x4x512xbf16>, tensor<1x2x4x64xbf16>, {pools.format(n=n)}, tensor<1xf32>, tensor<1x2xi32>, "
+            f"tensor<1x2xi32>) -> (tensor<1x2x4x512xbf16>, tensor<1x2x4xf32>, tensor<{ws}xui8>)")
+    assert want in lines[0], lines[0]
+    assert "softmax_scale = 1.250000e-01 : f32" in lines[0]
+
+
+def test_ffi_handler_rejects_wrong_block_scale_dtype(rng):
+    """The handler checks dtypes itself (a caller bypassing the API gets an error, not garbage)."""
+    from helix_jax.ops.mla_decode import ffi as ffi_backend
+    case = make_case("nvfp4", rng, bounds=[[5]], H=2, P=8, npp=1)
+    bad = case["pages"]._replace(c_latent_sf=case["pages"].c_latent_sf.view(jnp.uint8))
+    with pytest.raises(Exception, match="float8_e4m3fn"):
+        jax.block_until_ready(ffi_backend.mla_decode_quantized(case["q_lat"], case["q_rope"], bad, case["table"],
+                                                               case["bounds"], SCALE))
+
+
+# -- GPU (run on the H200 with -m gpu) --------------------------------------------------------------
+GPU_CASES = [
+    # (B, G, H, P, lengths); bounds per token = len - (G-1) + j, some rows cut to 0, +1 on odd tokens
+    (2, 4, 16, 64, [4097, 63]),
+    (3, 1, 128, 64, [65536, 70, 1]),
+    (8, 4, 16, 16, [1000, 64, 63, 65, 4097, 17, 0, 2222]),
+    (64, 1, 128, 64, [257] * 63 + [8192]),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("implementation", ["ffi", "pallas"])
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("B,G,H,P,lens", GPU_CASES)
+def test_gpu_formats(fmt, implementation, B, G, H, P, lens, rng):
+    if jax.default_backend() != "gpu":
+        pytest.fail("the gpu-marked tests need a GPU backend")
+    lens = np.asarray(lens)
+    bounds = np.maximum(lens[:, None] - (G - 1) + np.arange(G)[None, :], 0)
+    bounds[:, 0] = np.where(np.arange(B) % 3 == 2, 0, bounds[:, 0])
+    bounds = np.minimum(bounds + (np.arange(G)[None, :] % 2), max(lens.max(), 1))
+    npp = max(-(-int(bounds.max()) // P), 1)
+    case = make_case(fmt, rng, bounds=bounds, H=H, P=P, npp=npp, qdtype=jnp.bfloat16)
+    o, lse = run(case, implementation)
+    check(case, o, lse, tol_o=1e-2, tol_lse=2e-2)    # bf16 P and output rounding, as the bf16 kernel
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("implementation", ["ffi", "pallas"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_gpu_r2_examples(fmt, implementation, rng):
+    """R2 on the GPU kernels: page size 16 (the CUDA kernel's minimum), examples A/B bounds."""
+    if jax.default_backend() != "gpu":
+        pytest.fail("the gpu-marked tests need a GPU backend")
+    for r in (0, 1):
+        bounds = np.asarray(R2_BOUNDS[r], np.int32)
+        implicit = np.maximum(bounds[:, -1:] - 3 + np.arange(4), 0).astype(np.int32)
+        case = make_case(fmt, rng, bounds=bounds, H=16, P=16, npp=1, qdtype=jnp.bfloat16)
+        outs = {}
+        for name, bd in (("true", bounds), ("implicit", implicit)):
+            c = dict(case, bounds=jnp.asarray(bd))
+            outs[name], lse = run(c, implementation)
+            check(c, outs[name], lse, tol_o=1e-2, tol_lse=2e-2)
+        differ = bounds != implicit
+        gap = np.abs(outs["true"] - outs["implicit"]).max(axis=(-1, -2))
+        assert np.all(gap[differ] > 1e-2) and np.all(gap[~differ] == 0)
