@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: load (or build) the FFI library, gpu-marked contract tests, compute-sanitizer
 # memcheck + racecheck on a small case, then the benchmark. Logs go to ${OUT:-/tmp/out}.
-# Usage: bash benchmarks/mla_decode_gpu_check.sh [tests] [sanitize] [bench ARGS...]
+# Usage: bash benchmarks/mla_decode_gpu_check.sh [standalone] [tests] [formats] [sanitize] [bench ARGS...]
+#   formats: gpu-marked FP8/NVFP4 page tests (tests/test_mla_decode_formats.py)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
@@ -30,6 +31,7 @@ while [ $# -gt 0 ]; do
         echo "== standalone $tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Error|PASS|FAIL" "$OUT/standalone_$tool.log" | head -8
       done ;;
     tests) shift; timeout 240 python3 -m pytest -m gpu -q -rA tests/test_mla_decode_contract.py 2>&1 | tail -25 | tee "$OUT/gpu_tests.log" ;;
+    formats) shift; timeout 300 python3 -m pytest -m gpu -q -rA tests/test_mla_decode_formats.py 2>&1 | tail -25 | tee "$OUT/gpu_formats.log" ;;
     sanitize) shift
       for tool in memcheck; do  # racecheck crashes (SIGSEGV) inside the JAX process: see the standalone step
         # Only our kernels are instrumented (kns = kernel-name substring); XLA's own kernels run unchecked.

@@ -194,7 +194,10 @@ __device__ __forceinline__ void WgmmaPV(float (&d)[32][4], uint64_t da, uint64_t
 // Kernel variants: mma.sync + ldmatrix (the first, simpler path) or wgmma (sm_90a, default). For V read
 // N-major, LBO = stride between 64-column blocks and SBO = stride between 8-token groups (the swapped
 // reading was built and failed the reference check on the H200, 2026-11-30).
-enum KernelMode { kMma = 0, kWgmma = 1 };
+// kWgmmaPipe exists for quantized pages only: S is issued per 64-column block right after the warpgroup
+// has dequantized that block of its own 32 tokens, so the dequantization of block j+1 runs while the
+// tensor cores work on block j (see mla_split_kv).
+enum KernelMode { kMma = 0, kWgmma = 1, kWgmmaPipe = 2 };
 // KV page formats: native 16-bit (bf16/f16, the q dtype), FP8 E4M3 per-tensor scale, NVFP4.
 enum KvFmt { kFmtNative = 0, kFmtFp8 = 1, kFmtNvfp4 = 2 };
 // Staged bytes per token of a quantized tile. nvfp4 row: [0,256) latent codes, [256,288) rope codes,
@@ -333,35 +336,46 @@ __device__ __forceinline__ uint32_t Fp4x2ToT(uint32_t byte, float sf) {
   return Pack2<kBf16>(f.x * sf, f.y * sf);
 }
 
-// Staged quantized tile -> 16-bit KV tile sk (wgmma layout). Unit = 16 consecutive values of one
-// token (fp8: 16 code bytes; nvfp4: one 16-value block = 8 code bytes + its scale) -> element chunks
-// 2c, 2c+1 of that token; 64 tokens x 36 units = 9 per thread.
+// One dequantization unit: 16 consecutive values of token `tok` (fp8: 16 code bytes; nvfp4: one 16-value
+// block = 8 code bytes + its scale), unit c = 0..35 (32 latent, 4 rope) -> element chunks 2c, 2c+1 of
+// that token in the 16-bit KV tile sk (wgmma layout).
+template <bool kBf16, int kFmt>
+__device__ __forceinline__ void DequantUnit(uint16_t* sk, const unsigned char* st, int tok, int c) {
+  uint32_t out[8];
+  if constexpr (kFmt == kFmtFp8) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(st + tok * kFp8RowBytes + c * 16);
+    out[0] = Fp8x2ToT<kBf16>(raw.x); out[1] = Fp8x2ToT<kBf16>(raw.x >> 16);
+    out[2] = Fp8x2ToT<kBf16>(raw.y); out[3] = Fp8x2ToT<kBf16>(raw.y >> 16);
+    out[4] = Fp8x2ToT<kBf16>(raw.z); out[5] = Fp8x2ToT<kBf16>(raw.z >> 16);
+    out[6] = Fp8x2ToT<kBf16>(raw.w); out[7] = Fp8x2ToT<kBf16>(raw.w >> 16);
+  } else {
+    const unsigned char* row = st + tok * kNv4RowBytes;
+    const uint2 raw = *reinterpret_cast<const uint2*>(row + c * 8);
+    const float sf = E4m3ToFloat(row[288 + c]);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      out[k] = Fp4x2ToT<kBf16>(raw.x >> (8 * k), sf);
+      out[4 + k] = Fp4x2ToT<kBf16>(raw.y >> (8 * k), sf);
+    }
+  }
+  *reinterpret_cast<uint4*>(sk + TileOff(tok, 2 * c)) = make_uint4(out[0], out[1], out[2], out[3]);
+  *reinterpret_cast<uint4*>(sk + TileOff(tok, 2 * c + 1)) = make_uint4(out[4], out[5], out[6], out[7]);
+}
+
+// Whole staged tile -> sk by all 256 threads (kWgmma variant): 64 tokens x 36 units = 9 per thread.
 template <bool kBf16, int kFmt>
 __device__ __forceinline__ void DequantTile(uint16_t* sk, const unsigned char* st) {
 #pragma unroll 3
   for (int i = 0; i < (kTokTile * 36) / kThreads; ++i) {
     const int u = threadIdx.x + i * kThreads;
-    const int tok = u / 36, c = u - tok * 36;
-    uint32_t out[8];
-    if constexpr (kFmt == kFmtFp8) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(st + tok * kFp8RowBytes + c * 16);
-      out[0] = Fp8x2ToT<kBf16>(raw.x); out[1] = Fp8x2ToT<kBf16>(raw.x >> 16);
-      out[2] = Fp8x2ToT<kBf16>(raw.y); out[3] = Fp8x2ToT<kBf16>(raw.y >> 16);
-      out[4] = Fp8x2ToT<kBf16>(raw.z); out[5] = Fp8x2ToT<kBf16>(raw.z >> 16);
-      out[6] = Fp8x2ToT<kBf16>(raw.w); out[7] = Fp8x2ToT<kBf16>(raw.w >> 16);
-    } else {
-      const unsigned char* row = st + tok * kNv4RowBytes;
-      const uint2 raw = *reinterpret_cast<const uint2*>(row + c * 8);
-      const float sf = E4m3ToFloat(row[288 + c]);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        out[k] = Fp4x2ToT<kBf16>(raw.x >> (8 * k), sf);
-        out[4 + k] = Fp4x2ToT<kBf16>(raw.y >> (8 * k), sf);
-      }
-    }
-    *reinterpret_cast<uint4*>(sk + TileOff(tok, 2 * c)) = make_uint4(out[0], out[1], out[2], out[3]);
-    *reinterpret_cast<uint4*>(sk + TileOff(tok, 2 * c + 1)) = make_uint4(out[4], out[5], out[6], out[7]);
+    const int tok = u / 36;
+    DequantUnit<kBf16, kFmt>(sk, st, tok, u - tok * 36);
   }
+}
+
+// Barrier over the 128 threads of one warpgroup (ids 1, 2; __syncthreads uses 0).
+__device__ __forceinline__ void WarpgroupSync(int half) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + half) : "memory");
 }
 
 template <bool kBf16, int kMode, int kFmt = kFmtNative>
@@ -418,7 +432,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s, Q
       } else {
         CpAsyncWait<0>();
       }
-      if constexpr (kFmt != kFmtNative) {
+      if constexpr (kFmt != kFmtNative && kMode != kWgmmaPipe) {
         // The staging buffer read here was last written by cp.async (this thread's wait covers only its
         // own copies: the barrier publishes all of them); the tile it fills was last read by the
         // previous iteration's PV, which ended with a barrier. The next tile's copies stay in flight.
@@ -432,7 +446,34 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s, Q
       float sc[4][4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.f;
-      if constexpr (kMode == kMma) {
+      if constexpr (kMode == kWgmmaPipe) {
+        // Quantized pages, pipelined: the tokens a warpgroup multiplies in S (32*half..+31) are the ones its
+        // own threads staged (LoadKvRaw: token = thread / 4), so a warpgroup barrier suffices between its
+        // dequant of column block cb and the wgmmas that read it; those run asynchronously while the
+        // warpgroup dequantizes block cb+1 (different bytes). One unit per thread per block. The other
+        // warpgroup's tokens (needed by PV) are published by the softmax __syncthreads below, each
+        // writer having fenced its generic-proxy stores for the async proxy.
+        static_assert(kFmt != kFmtNative, "kWgmmaPipe is for quantized pages");
+        const uint32_t qa = SmemAddr(sQ), ka = SmemAddr(sK) + half * 32 * 128;
+        const unsigned char* st = stage + ((blk - blk0) & 1) * kStageBytes;
+        const int wt = threadIdx.x & 127;
+        FenceRegs(sc);
+        WgFence();
+#pragma unroll
+        for (int cb = 0; cb < kD / 64; ++cb) {
+          DequantUnit<kBf16, kFmt>(sK, st, half * 32 + (wt >> 2), cb * 4 + (wt & 3));
+          FenceProxyAsync();
+          WarpgroupSync(half);
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const uint32_t off = cb * kBlockBytes + k * 32;
+            WgmmaS<kBf16>(sc, Desc(qa + off, 16, 1024), Desc(ka + off, 16, 1024));
+          }
+          WgCommit();
+        }
+        WgWait0();
+        FenceRegs(sc);
+      } else if constexpr (kMode == kMma) {
 #pragma unroll 4
         for (int ks = 0; ks < kD / 16; ++ks) {
           uint32_t a[4];
@@ -635,6 +676,19 @@ WsLayout Layout(long long B, long long GH) {
   return l;
 }
 
+// Quantized-page variant from HELIX_MLA_DECODE_DEQUANT (pipe | tile), read once; default pipe.
+//   tile: all threads dequantize the whole staged tile, barrier, then S (simple, one more barrier);
+//   pipe: per-warpgroup dequant of 64-column blocks interleaved with the S wgmmas.
+int DequantModeFromEnv() {
+  static const int mode = [] {
+    const char* v = std::getenv("HELIX_MLA_DECODE_DEQUANT");
+    if (v == nullptr || std::strcmp(v, "pipe") == 0) return (int)kWgmmaPipe;
+    if (std::strcmp(v, "tile") == 0) return (int)kWgmma;
+    return -1;
+  }();
+  return mode;
+}
+
 // Kernel variant from HELIX_MLA_DECODE_KERNEL (mma | wgmma), read once; default wgmma.
 int KernelModeFromEnv() {
   static const int mode = [] {
@@ -665,12 +719,15 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
   return cudaGetLastError();
 }
 
-// kFmt != kFmtNative always runs the wgmma variant (HELIX_MLA_DECODE_KERNEL selects the native kernel only).
+// Native pages: HELIX_MLA_DECODE_KERNEL picks mma | wgmma. Quantized pages always run wgmma, in the
+// variant HELIX_MLA_DECODE_DEQUANT picks (pipe | tile).
 template <bool kBf16, int kFmt = kFmtNative>
 ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms, uint16_t* o, float* lse,
                   const QParams& qp = QParams{}) {
-  const int mode = kFmt == kFmtNative ? KernelModeFromEnv() : (int)kWgmma;
-  if (mode < 0) return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_KERNEL must be mma or wgmma");
+  const int mode = kFmt == kFmtNative ? KernelModeFromEnv() : DequantModeFromEnv();
+  if (mode < 0)
+    return ffi::Error::InvalidArgument(kFmt == kFmtNative ? "helix_mla_decode: HELIX_MLA_DECODE_KERNEL must be mma or wgmma"
+                                                          : "helix_mla_decode: HELIX_MLA_DECODE_DEQUANT must be pipe or tile");
   Params p = base;
   const int mtiles = (p.GH + kRowsTile - 1) / kRowsTile;
   const int num_parts = min(max(num_sms / mtiles, 1), kMaxParts);
@@ -681,8 +738,10 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
 
   mla_schedule<<<1, 1, 0, stream>>>(p.bounds, p.B, p.G, p.cap, num_parts, s);
   HELIX_CUDA_CHECK(cudaGetLastError());
-  if constexpr (kFmt != kFmtNative) HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmma, kFmt>(p, s, num_parts, mtiles, stream, qp)));
-  else if (mode == kMma) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMma>(p, s, num_parts, mtiles, stream)));
+  if constexpr (kFmt != kFmtNative) {
+    if (mode == kWgmmaPipe) HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmmaPipe, kFmt>(p, s, num_parts, mtiles, stream, qp)));
+    else HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmma, kFmt>(p, s, num_parts, mtiles, stream, qp)));
+  } else if (mode == kMma) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMma>(p, s, num_parts, mtiles, stream)));
   else HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmma>(p, s, num_parts, mtiles, stream)));
   mla_combine<kBf16><<<(unsigned)(p.B * p.GH), 128, 0, stream>>>(p.o_part, p.lse_part, s, p.GH, o, lse);
   HELIX_CUDA_CHECK(cudaGetLastError());
