@@ -6,6 +6,8 @@
 //     -I$(python3 -c 'import jax.ffi; print(jax.ffi.include_dir())') -Iffi/src \
 //     benchmarks/mla_decode_standalone.cu -o /tmp/mla_standalone
 //   /tmp/mla_standalone [small]      (small: correctness only, for the sanitizers)
+// Quantized pages (fp8 / nvfp4, variants tile and pipe) are checked on random codes: the CPU reference
+// dequantizes them with the float32 formulas of helix_jax/quant.py, then runs the same double decode.
 #include "../ffi/src/mla_decode_cuda.cu"
 
 #include <algorithm>
@@ -29,6 +31,7 @@ struct Case {
   int B, G, H, P, npp, N;
   std::vector<int> bounds, table;
   std::vector<uint16_t> ql, qr, cl, kr;
+  std::vector<float> dl, dr;  // KV values the reference uses: bf16 pool, or the dequantized codes
 };
 
 static Case MakeCase(int B, int G, int H, int P, const std::vector<int>& lens, unsigned seed) {
@@ -48,7 +51,77 @@ static Case MakeCase(int B, int G, int H, int P, const std::vector<int>& lens, u
   auto fill = [&](std::vector<uint16_t>& v, size_t n) { v.resize(n); for (auto& x : v) x = F2Bf(nd(rng)); };
   fill(c.ql, (size_t)B * G * H * 512); fill(c.qr, (size_t)B * G * H * 64);
   fill(c.cl, (size_t)c.N * P * 512); fill(c.kr, (size_t)c.N * P * 64);
+  c.dl.resize(c.cl.size()); c.dr.resize(c.kr.size());
+  for (size_t i = 0; i < c.cl.size(); ++i) c.dl[i] = Bf2F(c.cl[i]);
+  for (size_t i = 0; i < c.kr.size(); ++i) c.dr[i] = Bf2F(c.kr[i]);
   return c;
+}
+
+// -- quantized pages: random codes (no NaN code), host dequant as in helix_jax/quant.py ----------
+static float HostE4m3(uint8_t v) {
+  const int e = (v >> 3) & 15, m = v & 7;
+  const float mag = e == 0 ? std::ldexp((float)m, -9) : std::ldexp((float)(8 + m), e - 10);
+  return (v & 0x80) ? -mag : mag;
+}
+static const float kHostE2m1[16] = {0.f, .5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f, -0.f, -.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
+
+// Host/device code generators: fp8 codes avoid the NaN pattern; nvfp4 block scales are positive E4M3
+// with exponent field 4..10 (0.125 .. 15) so values stay O(1..100).
+__host__ __device__ inline uint8_t GenFp8(uint32_t h) { uint8_t b = h & 0xFF; return (b & 0x7F) == 0x7F ? b ^ 1 : b; }
+__host__ __device__ inline uint8_t GenSf(uint32_t h) { return (uint8_t)((((h & 0xFF) % 7 + 4) << 3) | ((h >> 8) & 7)); }
+
+struct QHost {
+  int fmt;
+  float scale;
+  std::vector<uint8_t> lat, rope, lat_sf, rope_sf;
+};
+
+// Replaces the case's reference values by the dequantized random codes of `fmt`.
+static QHost MakeQuant(Case& c, int fmt, unsigned seed) {
+  std::mt19937 rng(seed);
+  QHost q{fmt, fmt == kFmtFp8 ? 37.f : 60.f, {}, {}, {}, {}};
+  const size_t rows = (size_t)c.N * c.P;
+  volatile float one = 1.f;
+  const float inv = one / q.scale;
+  if (fmt == kFmtFp8) {
+    q.lat.resize(rows * 512); q.rope.resize(rows * 64);
+    for (auto& x : q.lat) x = GenFp8(rng());
+    for (auto& x : q.rope) x = GenFp8(rng());
+    for (size_t i = 0; i < q.lat.size(); ++i) c.dl[i] = HostE4m3(q.lat[i]) * inv;
+    for (size_t i = 0; i < q.rope.size(); ++i) c.dr[i] = HostE4m3(q.rope[i]) * inv;
+  } else {
+    q.lat.resize(rows * 256); q.rope.resize(rows * 32); q.lat_sf.resize(rows * 32); q.rope_sf.resize(rows * 4);
+    for (auto* v : {&q.lat, &q.rope}) for (auto& x : *v) x = rng() & 0xFF;
+    for (auto* v : {&q.lat_sf, &q.rope_sf}) for (auto& x : *v) x = GenSf(rng());
+    auto deq = [&](const std::vector<uint8_t>& codes, const std::vector<uint8_t>& sf, int d, std::vector<float>& out) {
+      for (size_t r = 0; r < rows; ++r)
+        for (int k = 0; k < d; ++k) {
+          const uint8_t byte = codes[r * (d / 2) + k / 2];
+          const float e = kHostE2m1[(k & 1) ? byte >> 4 : byte & 15];
+          out[r * d + k] = (e * HostE4m3(sf[r * (d / 16) + k / 16])) * inv;
+        }
+    };
+    deq(q.lat, q.lat_sf, 512, c.dl);
+    deq(q.rope, q.rope_sf, 64, c.dr);
+  }
+  return q;
+}
+
+static QParams UploadQuant(const QHost& q) {
+  QParams qp{};
+  auto up = [](const std::vector<uint8_t>& v) -> const uint8_t* {
+    if (v.empty()) return nullptr;
+    uint8_t* p; CK(cudaMalloc(&p, v.size())); CK(cudaMemcpy(p, v.data(), v.size(), cudaMemcpyHostToDevice)); return p; };
+  qp.kv_lat8 = up(q.lat); qp.kv_rope8 = up(q.rope); qp.lat_sf = up(q.lat_sf); qp.rope_sf = up(q.rope_sf);
+  float* sc; CK(cudaMalloc(&sc, 4)); CK(cudaMemcpy(sc, &q.scale, 4, cudaMemcpyHostToDevice));
+  qp.kv_scale = sc;
+  return qp;
+}
+
+static void FreeQuant(QParams& qp) {
+  for (const void* p : {(const void*)qp.kv_lat8, (const void*)qp.kv_rope8, (const void*)qp.lat_sf, (const void*)qp.rope_sf,
+                        (const void*)qp.kv_scale})
+    if (p) CK(cudaFree(const_cast<void*>(p)));
 }
 
 struct Dev {
@@ -71,8 +144,8 @@ static void Free(Dev& d) {
   for (void* p : {(void*)d.ql, (void*)d.qr, (void*)d.cl, (void*)d.kr, (void*)d.o, (void*)d.pt, (void*)d.bd, (void*)d.lse, (void*)d.ws}) CK(cudaFree(p));
 }
 
-template <int kMode>
-static void Run(Dev& d) {
+template <int kMode, int kFmt = kFmtNative>
+static void Run(Dev& d, const QParams& qp = QParams{}) {
   Params p = d.p;
   const int mtiles = (p.GH + kRowsTile - 1) / kRowsTile;
   const int num_parts = std::min(std::max(d.num_sms / mtiles, 1), kMaxParts);
@@ -82,7 +155,7 @@ static void Run(Dev& d) {
   p.o_part = reinterpret_cast<float*>(d.ws + l.o);
   mla_schedule<<<1, 1>>>(p.bounds, p.B, p.G, p.cap, num_parts, s);
   CK(cudaGetLastError());
-  CK((LaunchMain<true, kMode>(p, s, num_parts, mtiles, 0)));
+  CK((LaunchMain<true, kMode, kFmt>(p, s, num_parts, mtiles, 0, qp)));
   mla_combine<true><<<(unsigned)(p.B * p.GH), 128>>>(p.o_part, p.lse_part, s, p.GH, d.o, d.lse);
   CK(cudaGetLastError());
 }
@@ -111,8 +184,8 @@ static double Check(const Case& c, const Dev& d, float scale) {
         for (int t = 0; t < n; ++t) {
           const size_t row = (size_t)c.table[b * c.npp + t / c.P] * c.P + t % c.P;
           double dot = 0;
-          for (int k = 0; k < 512; ++k) dot += (double)Bf2F(c.ql[r * 512 + k]) * Bf2F(c.cl[row * 512 + k]);
-          for (int k = 0; k < 64; ++k) dot += (double)Bf2F(c.qr[r * 64 + k]) * Bf2F(c.kr[row * 64 + k]);
+          for (int k = 0; k < 512; ++k) dot += (double)Bf2F(c.ql[r * 512 + k]) * c.dl[row * 512 + k];
+          for (int k = 0; k < 64; ++k) dot += (double)Bf2F(c.qr[r * 64 + k]) * c.dr[row * 64 + k];
           lg[t] = dot * scale;
           m = std::max(m, lg[t]);
         }
@@ -122,7 +195,7 @@ static double Check(const Case& c, const Dev& d, float scale) {
           const size_t row = (size_t)c.table[b * c.npp + t / c.P] * c.P + t % c.P;
           const double w = std::exp(lg[t] - m);
           sum += w;
-          for (int k = 0; k < 512; ++k) acc[k] += w * Bf2F(c.cl[row * 512 + k]);
+          for (int k = 0; k < 512; ++k) acc[k] += w * c.dl[row * 512 + k];
         }
         for (int k = 0; k < 512; ++k) {
           const double ref = acc[k] / sum, got = Bf2F(o[r * 512 + k]);
@@ -168,14 +241,40 @@ static Dev UploadTiming(int B, int G, int H, int P, int L, float scale) {
   return d;
 }
 
-template <int kMode>
-static float TimeMs(Dev& d, int iters) {
-  Run<kMode>(d);
+__global__ void FillCodes(uint8_t* x, size_t n, uint32_t seed, int kind) {  // kind 0: fp8, 1: raw byte, 2: block scale
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
+    x[i] = kind == 0 ? GenFp8(h) : kind == 1 ? (uint8_t)(h & 0xFF) : GenSf(h);
+  }
+}
+
+// Device-generated quantized pools for the timing shapes (same row count as the bf16 pools of `d`).
+static QParams QuantTiming(const Dev& d, int fmt) {
+  const size_t rows = (size_t)d.p.N * d.p.P;
+  QParams qp{};
+  auto alloc = [](size_t n, uint32_t seed, int kind) -> const uint8_t* {
+    uint8_t* p; CK(cudaMalloc(&p, n)); FillCodes<<<1024, 256>>>(p, n, seed, kind); CK(cudaGetLastError()); return p; };
+  if (fmt == kFmtFp8) {
+    qp.kv_lat8 = alloc(rows * 512, 5, 0); qp.kv_rope8 = alloc(rows * 64, 6, 0);
+  } else {
+    qp.kv_lat8 = alloc(rows * 256, 5, 1); qp.kv_rope8 = alloc(rows * 32, 6, 1);
+    qp.lat_sf = alloc(rows * 32, 7, 2); qp.rope_sf = alloc(rows * 4, 8, 2);
+  }
+  const float scale = 37.f;
+  float* sc; CK(cudaMalloc(&sc, 4)); CK(cudaMemcpy(sc, &scale, 4, cudaMemcpyHostToDevice));
+  qp.kv_scale = sc;
+  return qp;
+}
+
+template <int kMode, int kFmt = kFmtNative>
+static float TimeMs(Dev& d, int iters, const QParams& qp = QParams{}) {
+  Run<kMode, kFmt>(d, qp);
   CK(cudaDeviceSynchronize());
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
   CK(cudaEventRecord(a));
-  for (int i = 0; i < iters; ++i) Run<kMode>(d);
+  for (int i = 0; i < iters; ++i) Run<kMode, kFmt>(d, qp);
   CK(cudaEventRecord(b)); CK(cudaEventSynchronize(b));
   float ms = 0;
   CK(cudaEventElapsedTime(&ms, a, b));
@@ -203,7 +302,31 @@ int main(int argc, char** argv) {
     Free(d);
   }
   std::printf("variants passing: mask=%d\n", ok_mask);
-  if (small) return (ok_mask & 2) ? 0 : 1;
+  // Quantized pages: {fp8, nvfp4} x {tile, pipe}; bit 2*f + v of qmask.
+  int qmask = 0;
+  const char* fnames[2] = {"fp8", "nvfp4"};
+  const char* vnames[2] = {"tile", "pipe"};
+  for (int f = 0; f < 2; ++f) {
+    Case c = MakeCase(4, 2, 40, 64, {1000, 0, 77, 130}, 2);
+    QHost qh = MakeQuant(c, f == 0 ? kFmtFp8 : kFmtNvfp4, 7 + f);
+    Dev d = Upload(c, scale);
+    QParams qp = UploadQuant(qh);
+    for (int v = 0; v < 2; ++v) {
+      std::printf("%s %s:\n", fnames[f], vnames[v]);
+      CK(cudaMemset(d.o, 0xFF, (size_t)c.B * c.G * c.H * 512 * 2));
+      CK(cudaMemset(d.lse, 0xFF, (size_t)c.B * c.G * c.H * 4));
+      if (f == 0) { if (v == 0) Run<kWgmma, kFmtFp8>(d, qp); else Run<kWgmmaPipe, kFmtFp8>(d, qp); }
+      else { if (v == 0) Run<kWgmma, kFmtNvfp4>(d, qp); else Run<kWgmmaPipe, kFmtNvfp4>(d, qp); }
+      CK(cudaDeviceSynchronize());
+      const double e = Check(c, d, scale);
+      if (e < 2e-2) qmask |= 1 << (2 * f + v);
+      std::printf("  %s\n", e < 2e-2 ? "PASS" : "FAIL");
+    }
+    FreeQuant(qp);
+    Free(d);
+  }
+  std::printf("quantized pages passing: qmask=%d (of 15)\n", qmask);
+  if (small) return ((ok_mask & 2) && qmask == 15) ? 0 : 1;
   struct Shape { int B, G, H, L; };
   for (Shape sh : {Shape{64, 1, 128, 65536}, Shape{64, 4, 128, 65536}, Shape{1, 1, 128, 65536}, Shape{64, 1, 16, 65536}}) {
     Dev d = UploadTiming(sh.B, sh.G, sh.H, 64, sh.L, scale);
@@ -214,7 +337,21 @@ int main(int argc, char** argv) {
       std::printf("B=%d G=%d H=%d L=%d %-9s %.4f ms  %.1f TFLOP/s  %.2f TB/s\n", sh.B, sh.G, sh.H, sh.L, names[mode], ms,
                   flops / ms / 1e9, bytes / ms / 1e9);
     }
+    if (sh.B == 64 && sh.G == 1) {  // quantized pages on the memory-bound and the compute-bound shape
+      for (int f = 0; f < 2; ++f) {
+        QParams qp = QuantTiming(d, f == 0 ? kFmtFp8 : kFmtNvfp4);
+        const double qbytes = (double)sh.B * sh.L * (f == 0 ? 576 : 324);
+        for (int v = 0; v < 2; ++v) {
+          if (!(qmask & (1 << (2 * f + v)))) continue;
+          const float ms = f == 0 ? (v == 0 ? TimeMs<kWgmma, kFmtFp8>(d, 5, qp) : TimeMs<kWgmmaPipe, kFmtFp8>(d, 5, qp))
+                                  : (v == 0 ? TimeMs<kWgmma, kFmtNvfp4>(d, 5, qp) : TimeMs<kWgmmaPipe, kFmtNvfp4>(d, 5, qp));
+          std::printf("B=%d G=%d H=%d L=%d %s-%-5s %.4f ms  %.1f TFLOP/s  %.2f TB/s (%d B/token)\n", sh.B, sh.G, sh.H, sh.L,
+                      fnames[f], vnames[v], ms, flops / ms / 1e9, qbytes / ms / 1e9, f == 0 ? 576 : 324);
+        }
+        FreeQuant(qp);
+      }
+    }
     Free(d);
   }
-  return (ok_mask & 2) ? 0 : 1;
+  return ((ok_mask & 2) && qmask == 15) ? 0 : 1;
 }
