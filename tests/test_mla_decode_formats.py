@@ -183,6 +183,25 @@ def test_ffi_quantized_cuda_lowering_emits_custom_call(fmt, rng):
     assert "softmax_scale = 1.250000e-01 : f32" in lines[0]
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_pallas_quantized_lowers_to_triton_for_h200(fmt, rng, monkeypatch):
+    """The Triton lowering of the quantized Pallas kernel (not interpret mode) succeeds from this CPU host
+    for an H200 target: catches ops Triton cannot lower (e.g. an int fill splatted into float8)."""
+    from jax._src.pallas.triton import gpu_info
+    from helix_jax.ops.mla_decode import pallas as pallas_backend
+    h200 = gpu_info.get_gpu_info_from_version(gpu_info.GpuVersion.H200)
+    monkeypatch.setattr(gpu_info, "get_gpu_info", lambda: h200)
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")       # selects the Triton path
+    case = make_case(fmt, rng, bounds=[[64, 65]], H=16, P=64, npp=2, qdtype=jnp.bfloat16)
+
+    def f(ql, qr, pages, pt, bd):
+        return pallas_backend.mla_decode_quantized(ql, qr, pages, pt, bd, 0.1)
+
+    args = (case["q_lat"], case["q_rope"], case["pages"], case["table"], case["bounds"])
+    text = jax.jit(f).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    assert "stablehlo.custom_call @__gpu$xla.gpu.triton" in text
+
+
 def test_ffi_handler_rejects_wrong_block_scale_dtype(rng):
     """The handler checks dtypes itself (a caller bypassing the API gets an error, not garbage)."""
     from helix_jax.ops.mla_decode import ffi as ffi_backend

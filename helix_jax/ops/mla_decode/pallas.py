@@ -164,6 +164,15 @@ def _nvfp4_halves(packed, sf, inv):
     return (_e2m1(c & 15) * sfx) * inv, (_e2m1(c >> 4) * sfx) * inv
 
 
+def _load_raw(ref, mask, interpret):
+    """Masked load of stored codes / scales without a fill value (Triton cannot splat an int fill into
+    float8); masked-out lanes are undefined and replaced by the caller's ``where`` after dequantization."""
+    if interpret:
+        return ref[...]
+    from jax.experimental.pallas import triton as plt
+    return plt.load(ref, mask=mask)
+
+
 def _quant_kernel(lens_ref, pt_ref, rb_ref, inv_ref, *refs, fmt, page, n_pages, scale, interpret):
     """fp8: refs = (ql, qr, c_latent, k_rope, o, lse). nvfp4: the queries come as even / odd feature
     halves (ql_e, ql_o, qr_e, qr_o), then (codes_lat, codes_rope, sf_lat, sf_rope, o_even, o_odd, lse);
@@ -184,7 +193,7 @@ def _quant_kernel(lens_ref, pt_ref, rb_ref, inv_ref, *refs, fmt, page, n_pages, 
 
     def rows(pid, valid):
         """The page's dequantized KV parts, matching ``qs`` (latent parts first); zero past the bound."""
-        ld = functools.partial(_load, mask=valid[:, None], interpret=interpret)
+        ld = functools.partial(_load_raw, mask=valid[:, None], interpret=interpret)
         if fmt == "fp8_e4m3":
             parts = [ld(cl_ref.at[pid]).astype(f32) * inv, ld(kr_ref.at[pid]).astype(f32) * inv]
         else:
