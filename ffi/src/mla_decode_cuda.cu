@@ -336,6 +336,11 @@ __device__ __forceinline__ uint32_t Fp4x2ToT(uint32_t byte, float sf) {
   return Pack2<kBf16>(f.x * sf, f.y * sf);
 }
 
+// 16-byte shared-memory store (nvcc split some uint4 stores of DequantUnit into four 4-byte stores).
+__device__ __forceinline__ void StShared16(void* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(SmemAddr(p)), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+
 // One dequantization unit: 16 consecutive values of token `tok` (fp8: 16 code bytes; nvfp4: one 16-value
 // block = 8 code bytes + its scale), unit c = 0..35 (32 latent, 4 rope) -> element chunks 2c, 2c+1 of
 // that token in the 16-bit KV tile sk (wgmma layout).
@@ -358,8 +363,8 @@ __device__ __forceinline__ void DequantUnit(uint16_t* sk, const unsigned char* s
       out[4 + k] = Fp4x2ToT<kBf16>(raw.y >> (8 * k), sf);
     }
   }
-  *reinterpret_cast<uint4*>(sk + TileOff(tok, 2 * c)) = make_uint4(out[0], out[1], out[2], out[3]);
-  *reinterpret_cast<uint4*>(sk + TileOff(tok, 2 * c + 1)) = make_uint4(out[4], out[5], out[6], out[7]);
+  StShared16(sk + TileOff(tok, 2 * c), out[0], out[1], out[2], out[3]);
+  StShared16(sk + TileOff(tok, 2 * c + 1), out[4], out[5], out[6], out[7]);
 }
 
 // Whole staged tile -> sk by all 256 threads (kWgmma variant): 64 tokens x 36 units = 9 per thread.
