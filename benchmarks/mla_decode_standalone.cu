@@ -32,6 +32,7 @@ struct Case {
   std::vector<int> bounds, table;
   std::vector<uint16_t> ql, qr, cl, kr;
   std::vector<float> dl, dr;  // KV values the reference uses: bf16 pool, or the dequantized codes
+  std::vector<float> qlf, qrf;  // query values the reference uses: bf16 queries, or their fp8 round trip
 };
 
 static Case MakeCase(int B, int G, int H, int P, const std::vector<int>& lens, unsigned seed) {
@@ -54,6 +55,9 @@ static Case MakeCase(int B, int G, int H, int P, const std::vector<int>& lens, u
   c.dl.resize(c.cl.size()); c.dr.resize(c.kr.size());
   for (size_t i = 0; i < c.cl.size(); ++i) c.dl[i] = Bf2F(c.cl[i]);
   for (size_t i = 0; i < c.kr.size(); ++i) c.dr[i] = Bf2F(c.kr[i]);
+  c.qlf.resize(c.ql.size()); c.qrf.resize(c.qr.size());
+  for (size_t i = 0; i < c.ql.size(); ++i) c.qlf[i] = Bf2F(c.ql[i]);
+  for (size_t i = 0; i < c.qr.size(); ++i) c.qrf[i] = Bf2F(c.qr[i]);
   return c;
 }
 
@@ -69,6 +73,31 @@ static const float kHostE2m1[16] = {0.f, .5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f, -0.
 // with exponent field 4..10 (0.125 .. 15) so values stay O(1..100).
 __host__ __device__ inline uint8_t GenFp8(uint32_t h) { uint8_t b = h & 0xFF; return (b & 0x7F) == 0x7F ? b ^ 1 : b; }
 __host__ __device__ inline uint8_t GenSf(uint32_t h) { return (uint8_t)((((h & 0xFF) % 7 + 4) << 3) | ((h >> 8) & 7)); }
+
+// Round-to-nearest-even E4M3 (saturating at 448) by search over the 127 finite magnitudes.
+static uint8_t HostToE4m3(float x) {
+  const float a = std::fabs(x);
+  int best = 0;
+  for (int v = 1; v < 0x7F; ++v) {
+    const float dv = std::fabs(HostE4m3((uint8_t)v) - a), db = std::fabs(HostE4m3((uint8_t)best) - a);
+    if (dv < db || (dv == db && (v & 1) == 0)) best = v;
+  }
+  return (uint8_t)(best | (x < 0 ? 0x80 : 0));
+}
+
+// kWgmmaFp8Qk reference queries: per query row (576 values) s = 448/amax, q -> E4M3(q*s) * fl32(1/s).
+static void QuantizeQueriesFp8(Case& c) {
+  const size_t rows = c.ql.size() / 512;
+  volatile float one = 1.f;
+  for (size_t r = 0; r < rows; ++r) {
+    float amax = 0.f;
+    for (int k = 0; k < 512; ++k) amax = std::max(amax, std::fabs(Bf2F(c.ql[r * 512 + k])));
+    for (int k = 0; k < 64; ++k) amax = std::max(amax, std::fabs(Bf2F(c.qr[r * 64 + k])));
+    const float sc = amax > 0.f ? 448.f / amax : 1.f, inv = one / sc;
+    for (int k = 0; k < 512; ++k) c.qlf[r * 512 + k] = HostE4m3(HostToE4m3(Bf2F(c.ql[r * 512 + k]) * sc)) * inv;
+    for (int k = 0; k < 64; ++k) c.qrf[r * 64 + k] = HostE4m3(HostToE4m3(Bf2F(c.qr[r * 64 + k]) * sc)) * inv;
+  }
+}
 
 struct QHost {
   int fmt;
@@ -184,8 +213,8 @@ static double Check(const Case& c, const Dev& d, float scale) {
         for (int t = 0; t < n; ++t) {
           const size_t row = (size_t)c.table[b * c.npp + t / c.P] * c.P + t % c.P;
           double dot = 0;
-          for (int k = 0; k < 512; ++k) dot += (double)Bf2F(c.ql[r * 512 + k]) * c.dl[row * 512 + k];
-          for (int k = 0; k < 64; ++k) dot += (double)Bf2F(c.qr[r * 64 + k]) * c.dr[row * 64 + k];
+          for (int k = 0; k < 512; ++k) dot += (double)c.qlf[r * 512 + k] * c.dl[row * 512 + k];
+          for (int k = 0; k < 64; ++k) dot += (double)c.qrf[r * 64 + k] * c.dr[row * 64 + k];
           lg[t] = dot * scale;
           m = std::max(m, lg[t]);
         }
@@ -325,8 +354,25 @@ int main(int argc, char** argv) {
     FreeQuant(qp);
     Free(d);
   }
-  std::printf("quantized pages passing: qmask=%d (of 15)\n", qmask);
-  if (small) return ((ok_mask & 2) && qmask == 15) ? 0 : 1;
+  std::printf("quantized pages passing: qmask=%d (15 = fp8, nvfp4 x tile, pipe)\n", qmask);
+  {  // fp8 QK variant (opt-in): reference with the queries' per-row fp8 round trip
+    Case c = MakeCase(4, 2, 40, 64, {1000, 0, 77, 130}, 2);
+    QHost qh = MakeQuant(c, kFmtFp8, 7);
+    QuantizeQueriesFp8(c);
+    Dev d = Upload(c, scale);
+    QParams qp = UploadQuant(qh);
+    std::printf("fp8 fp8qk:\n");
+    CK(cudaMemset(d.o, 0xFF, (size_t)c.B * c.G * c.H * 512 * 2));
+    CK(cudaMemset(d.lse, 0xFF, (size_t)c.B * c.G * c.H * 4));
+    Run<kWgmmaFp8Qk, kFmtFp8>(d, qp);
+    CK(cudaDeviceSynchronize());
+    const double e = Check(c, d, scale);
+    std::printf("  %s (opt-in variant: does not gate the exit code)\n", e < 2e-2 ? "PASS" : "FAIL");
+    if (e < 2e-2) qmask |= 16;
+    FreeQuant(qp);
+    Free(d);
+  }
+  if (small) return ((ok_mask & 2) && (qmask & 15) == 15) ? 0 : 1;
   struct Shape { int B, G, H, L; };
   for (Shape sh : {Shape{64, 1, 128, 65536}, Shape{64, 4, 128, 65536}, Shape{1, 1, 128, 65536}, Shape{64, 1, 16, 65536}}) {
     Dev d = UploadTiming(sh.B, sh.G, sh.H, 64, sh.L, scale);
@@ -341,6 +387,11 @@ int main(int argc, char** argv) {
       for (int f = 0; f < 2; ++f) {
         QParams qp = QuantTiming(d, f == 0 ? kFmtFp8 : kFmtNvfp4);
         const double qbytes = (double)sh.B * sh.L * (f == 0 ? 576 : 324);
+        if (f == 0 && (qmask & 16)) {
+          const float ms = TimeMs<kWgmmaFp8Qk, kFmtFp8>(d, 5, qp);
+          std::printf("B=%d G=%d H=%d L=%d fp8-fp8qk %.4f ms  %.1f TFLOP/s  %.2f TB/s (576 B/token)\n", sh.B, sh.G, sh.H,
+                      sh.L, ms, flops / ms / 1e9, qbytes / ms / 1e9);
+        }
         for (int v = 0; v < 2; ++v) {
           if (!(qmask & (1 << (2 * f + v)))) continue;
           const float ms = f == 0 ? (v == 0 ? TimeMs<kWgmma, kFmtFp8>(d, 5, qp) : TimeMs<kWgmmaPipe, kFmtFp8>(d, 5, qp))
@@ -353,5 +404,5 @@ int main(int argc, char** argv) {
     }
     Free(d);
   }
-  return ((ok_mask & 2) && qmask == 15) ? 0 : 1;
+  return ((ok_mask & 2) && (qmask & 15) == 15) ? 0 : 1;
 }

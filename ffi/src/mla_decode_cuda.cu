@@ -197,7 +197,8 @@ __device__ __forceinline__ void WgmmaPV(float (&d)[32][4], uint64_t da, uint64_t
 // kWgmmaPipe exists for quantized pages only: S is issued per 64-column block right after the warpgroup
 // has dequantized that block of its own 32 tokens, so the dequantization of block j+1 runs while the
 // tensor cores work on block j (see mla_split_kv).
-enum KernelMode { kMma = 0, kWgmma = 1, kWgmmaPipe = 2 };
+// kWgmmaFp8Qk (FP8 pages only, opt-in): S = Q K^T on fp8 tensor cores (see mla_split_kv).
+enum KernelMode { kMma = 0, kWgmma = 1, kWgmmaPipe = 2, kWgmmaFp8Qk = 3 };
 // KV page formats: native 16-bit (bf16/f16, the q dtype), FP8 E4M3 per-tensor scale, NVFP4.
 enum KvFmt { kFmtNative = 0, kFmtFp8 = 1, kFmtNvfp4 = 2 };
 // Staged bytes per token of a quantized tile. nvfp4 row: [0,256) latent codes, [256,288) rope codes,
@@ -272,7 +273,13 @@ __device__ __forceinline__ void CpAsync4(void* dst, const void* src, bool valid)
 
 // Raw bytes of one 64-token quantized tile into the staging buffer `st` (StageRowBytes per token);
 // slots >= len are zero-filled (code 0 = 0.0, block scale 0) without a global read.
-template <int kFmt>
+// fp8 staging in wgmma's K-major 64-byte-swizzle layout (kWgmmaFp8Qk): 9 column blocks of [64 tokens x
+// 64 bytes] (4 KB each); in a block, token t's 16-byte chunk j sits at t*64 + ((j ^ ((t >> 1) & 3)) << 4).
+__device__ __forceinline__ int Swz64Off(int tok, int ch) {
+  return (ch >> 2) * (kTokTile * 64) + tok * 64 + (((ch & 3) ^ ((tok >> 1) & 3)) << 4);
+}
+
+template <int kFmt, bool kSwz64 = false>
 __device__ __forceinline__ void LoadKvRaw(unsigned char* st, const Params& p, const QParams& qp, int b, int blk, int len) {
   const int tok = threadIdx.x >> 2, q = threadIdx.x & 3;
   const int t = blk * kTokTile + tok;
@@ -282,14 +289,14 @@ __device__ __forceinline__ void LoadKvRaw(unsigned char* st, const Params& p, co
     const int page = min(max(p.page_table[(long long)b * p.npp + t / p.P], 0), p.N - 1);
     row = (long long)page * p.P + (t % p.P);
   }
-  unsigned char* dst = st + tok * StageRowBytes(kFmt);
+  unsigned char* dst = st + (kSwz64 ? 0 : tok * StageRowBytes(kFmt));
   if constexpr (kFmt == kFmtFp8) {
     const uint8_t* lat = qp.kv_lat8 + row * kDl;
     const uint8_t* rope = qp.kv_rope8 + row * kDr;
 #pragma unroll
     for (int j = 0; j < 9; ++j) {  // 36 chunks of 16 B: 32 latent + 4 rope
       const int ch = q + 4 * j;
-      CpAsync16(dst + ch * 16, ch < 32 ? lat + ch * 16 : rope + (ch - 32) * 16, valid);
+      CpAsync16(dst + (kSwz64 ? Swz64Off(tok, ch) : ch * 16), ch < 32 ? lat + ch * 16 : rope + (ch - 32) * 16, valid);
     }
   } else {
     const uint8_t* lat = qp.kv_lat8 + row * (kDl / 2);
@@ -344,11 +351,11 @@ __device__ __forceinline__ void StShared16(void* p, uint32_t a, uint32_t b, uint
 // One dequantization unit: 16 consecutive values of token `tok` (fp8: 16 code bytes; nvfp4: one 16-value
 // block = 8 code bytes + its scale), unit c = 0..35 (32 latent, 4 rope) -> element chunks 2c, 2c+1 of
 // that token in the 16-bit KV tile sk (wgmma layout).
-template <bool kBf16, int kFmt>
+template <bool kBf16, int kFmt, bool kSwz64 = false>
 __device__ __forceinline__ void DequantUnit(uint16_t* sk, const unsigned char* st, int tok, int c) {
   uint32_t out[8];
   if constexpr (kFmt == kFmtFp8) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(st + tok * kFp8RowBytes + c * 16);
+    const uint4 raw = *reinterpret_cast<const uint4*>(st + (kSwz64 ? Swz64Off(tok, c) : tok * kFp8RowBytes + c * 16));
     out[0] = Fp8x2ToT<kBf16>(raw.x); out[1] = Fp8x2ToT<kBf16>(raw.x >> 16);
     out[2] = Fp8x2ToT<kBf16>(raw.y); out[3] = Fp8x2ToT<kBf16>(raw.y >> 16);
     out[4] = Fp8x2ToT<kBf16>(raw.z); out[5] = Fp8x2ToT<kBf16>(raw.z >> 16);
@@ -378,6 +385,74 @@ __device__ __forceinline__ void DequantTile(uint16_t* sk, const unsigned char* s
   }
 }
 
+// D[64 x 32] += A[64 x 32] * B[32 x 32], both E4M3 K-major from shared-memory descriptors (no transpose
+// for 8-bit types), fp32 accumulators in the layout of Wgmma_m64n32_bf16.
+__device__ __forceinline__ void Wgmma_m64n32k32_e4m3(float (&d)[4][4], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
+        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
+        "+f"(d[3][2]), "+f"(d[3][3])
+      : "l"(da), "l"(db), "r"(1));
+}
+
+// wgmma descriptor with 64-byte swizzle (layout type 2); SBO = 8 rows x 64 B.
+__device__ __forceinline__ uint64_t Desc64(uint32_t addr) {
+  return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(16 >> 4) << 16) | ((uint64_t)(512 >> 4) << 32) | (2ull << 62);
+}
+
+// Two floats -> two E4M3 codes (RNE, saturating), lower byte = lo.
+__device__ __forceinline__ uint32_t F32x2ToE4m3(float lo, float hi) {
+  unsigned short r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// kWgmmaFp8Qk: the 64-row bf16/f16 Q tile `sq16` (wgmma 128B layout) -> E4M3 tile `sq8` (64B-swizzle layout,
+// 36 KB) with one scale per row, s_r = 448 / amax_r (1 for an all-zero row): q8 = RNE(sat(q * s_r)).
+// `qinv[r]` = fl32(1 / s_r) multiplies row r's logits. 4 threads per row, 9 16-value units each.
+template <bool kBf16>
+__device__ __forceinline__ void QuantizeQ(unsigned char* sq8, float* qinv, const uint16_t* sq16) {
+  const int r = threadIdx.x >> 2, q = threadIdx.x & 3;
+  auto val = [&](uint32_t w, int hi) {
+    const uint16_t h = hi ? (uint16_t)(w >> 16) : (uint16_t)(w & 0xFFFF);
+    if constexpr (kBf16) return __uint_as_float((uint32_t)h << 16);
+    else return __half2float(__ushort_as_half(h));
+  };
+  float amax = 0.f;
+#pragma unroll
+  for (int j = 0; j < 18; ++j) {  // this thread's 18 chunks of 8 values: chunks q + 4j
+    const uint4 v = *reinterpret_cast<const uint4*>(sq16 + TileOff(r, q + 4 * j));
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int k = 0; k < 8; ++k) amax = fmaxf(amax, fabsf(val(w[k >> 1], k & 1)));
+  }
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+  const float sc = amax > 0.f ? __fdiv_rn(448.f, amax) : 1.f;
+  if (q == 0) qinv[r] = __frcp_rn(sc);
+#pragma unroll
+  for (int j = 0; j < 9; ++j) {  // 16-value units c = q + 4j -> 16 bytes at Swz64Off(r, c)
+    const int c = q + 4 * j;
+    const uint4 a = *reinterpret_cast<const uint4*>(sq16 + TileOff(r, 2 * c));
+    const uint4 b = *reinterpret_cast<const uint4*>(sq16 + TileOff(r, 2 * c + 1));
+    const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    uint32_t o[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t p0 = F32x2ToE4m3(val(w[2 * k], 0) * sc, val(w[2 * k], 1) * sc);
+      const uint32_t p1 = F32x2ToE4m3(val(w[2 * k + 1], 0) * sc, val(w[2 * k + 1], 1) * sc);
+      o[k] = p0 | (p1 << 16);
+    }
+    StShared16(sq8 + Swz64Off(r, c), o[0], o[1], o[2], o[3]);
+  }
+}
+
 // Barrier over the 128 threads of one warpgroup (ids 1, 2; __syncthreads uses 0).
 __device__ __forceinline__ void WarpgroupSync(int half) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(1 + half) : "memory");
@@ -394,6 +469,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s, Q
   float* sRed = reinterpret_cast<float*>(sP + kRowsTile * kTokTile);  // [2][64]
   // Quantized formats: one 16-bit KV tile (sK0); the second tile's space holds two raw staging buffers.
   unsigned char* stage = reinterpret_cast<unsigned char*>(sQ + 2 * kTileElems);
+  // kWgmmaFp8Qk: sQ's space holds the E4M3 Q tile (36 KB) and the per-row 1/s after it.
+  float* sQinv = reinterpret_cast<float*>(smem + kRowsTile * kD);
   constexpr int kStageBytes = kTokTile * StageRowBytes(kFmt);
   // Per-tensor scale folded into the logit scale and the output (see the header comment).
   float q_scale_log2 = 0.f, q_out_mul = 1.f;
@@ -417,9 +494,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s, Q
     if (row0 + lr0 < p.GH) bnd0 = min(max(p.bounds[b * p.G + (row0 + lr0) / p.H], 0), p.cap);
     if (row0 + lr1 < p.GH) bnd1 = min(max(p.bounds[b * p.G + (row0 + lr1) / p.H], 0), p.cap);
 
-    LoadQ(sQ, p, b, row0);
+    // kWgmmaFp8Qk: the 16-bit Q tile lands in the (still free) KV tile and is quantized into sQ's space.
+    LoadQ(kMode == kWgmmaFp8Qk ? sK0 : sQ, p, b, row0);
     if constexpr (kFmt == kFmtNative) LoadKv(sK0, p, b, blk0, len);
-    else LoadKvRaw<kFmt>(stage, p, qp, b, blk0, len);
+    else LoadKvRaw<kFmt, kMode == kWgmmaFp8Qk>(stage, p, qp, b, blk0, len);
     CpAsyncCommit();
 
     float acc[32][4];
@@ -431,13 +509,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s, Q
       uint16_t* sK = kFmt == kFmtNative ? sK0 + ((blk - blk0) & 1) * kTileElems : sK0;
       if (blk + 1 < blk1) {
         if constexpr (kFmt == kFmtNative) LoadKv(sK0 + ((blk + 1 - blk0) & 1) * kTileElems, p, b, blk + 1, len);
-        else LoadKvRaw<kFmt>(stage + ((blk + 1 - blk0) & 1) * kStageBytes, p, qp, b, blk + 1, len);
+        else LoadKvRaw<kFmt, kMode == kWgmmaFp8Qk>(stage + ((blk + 1 - blk0) & 1) * kStageBytes, p, qp, b, blk + 1, len);
         CpAsyncCommit();
         CpAsyncWait<1>();
       } else {
         CpAsyncWait<0>();
       }
-      if constexpr (kFmt != kFmtNative && kMode != kWgmmaPipe) {
+      if constexpr (kFmt != kFmtNative && kMode != kWgmmaPipe && kMode != kWgmmaFp8Qk) {
         // The staging buffer read here was last written by cp.async (this thread's wait covers only its
         // own copies: the barrier publishes all of them); the tile it fills was last read by the
         // previous iteration's PV, which ended with a barrier. The next tile's copies stay in flight.
@@ -451,7 +529,39 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s, Q
       float sc[4][4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.f;
-      if constexpr (kMode == kWgmmaPipe) {
+      if constexpr (kMode == kWgmmaFp8Qk) {
+        // FP8 QK: once per segment, quantize Q (loaded into sK) per row into sQ's space; then per tile
+        // S[64 rows, 32 tokens] of warpgroup `half` = 18 m64n32k32 E4M3 wgmmas straight from the staged
+        // bytes (64B-swizzle layout), issued before the warpgroup dequantizes the latent part of its 32
+        // tokens for PV (8 units per thread), which therefore overlaps the tensor cores. Logits get
+        // fl32(1/s_row) (sQinv) on top of softmax_scale * fl32(1/scale_kv).
+        static_assert(kFmt == kFmtFp8, "kWgmmaFp8Qk is for fp8 pages");
+        if (blk == blk0) {
+          __syncthreads();  // previous tile's readers of sQ8 are done (covered already; explicit for clarity)
+          QuantizeQ<kBf16>(reinterpret_cast<unsigned char*>(sQ), sQinv, sK);
+          FenceProxyAsync();
+          __syncthreads();  // sQ8 complete before any wgmma; sK (16-bit Q) free for the dequant below
+        }
+        const unsigned char* st = stage + ((blk - blk0) & 1) * kStageBytes;
+        const uint32_t qa = SmemAddr(sQ), ka = SmemAddr(st) + half * 32 * 64;
+        FenceRegs(sc);
+        WgFence();
+#pragma unroll
+        for (int ks = 0; ks < kD / 32; ++ks) {
+          const uint32_t off = (ks >> 1) * (kTokTile * 64) + (ks & 1) * 32;
+          Wgmma_m64n32k32_e4m3(sc, Desc64(qa + off), Desc64(ka + off));
+        }
+        WgCommit();
+        const int wt = threadIdx.x & 127;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {  // latent units of this warpgroup's tokens: 32 tokens x 32 units
+          const int u = wt + 128 * i;
+          DequantUnit<kBf16, kFmt, true>(sK, st, half * 32 + (u >> 5), u & 31);
+        }
+        FenceProxyAsync();  // dequantized V -> PV's wgmma; published by the softmax barrier below
+        WgWait0();
+        FenceRegs(sc);
+      } else if constexpr (kMode == kWgmmaPipe) {
         // Quantized pages, pipelined: the tokens a warpgroup multiplies in S (32*half..+31) are the ones its
         // own threads staged (LoadKvRaw: token = thread / 4), so a warpgroup barrier suffices between its
         // dequant of column block cb and the wgmmas that read it; those run asynchronously while the
@@ -515,8 +625,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s, Q
         for (int j = 0; j < 2; ++j) {
           const int t = blk * kTokTile + half * 32 + nt * 8 + (lane & 3) * 2 + j;
           const float sl2 = kFmt == kFmtNative ? p.scale_log2 : q_scale_log2;
-          sc[nt][j] = t < bnd0 ? sc[nt][j] * sl2 : -INFINITY;
-          sc[nt][2 + j] = t < bnd1 ? sc[nt][2 + j] * sl2 : -INFINITY;
+          const float sl2a = kMode == kWgmmaFp8Qk ? sl2 * sQinv[lr0] : sl2;
+          const float sl2b = kMode == kWgmmaFp8Qk ? sl2 * sQinv[lr1] : sl2;
+          sc[nt][j] = t < bnd0 ? sc[nt][j] * sl2a : -INFINITY;
+          sc[nt][2 + j] = t < bnd1 ? sc[nt][2 + j] * sl2b : -INFINITY;
           mx0 = fmaxf(mx0, sc[nt][j]);
           mx1 = fmaxf(mx1, sc[nt][2 + j]);
         }
@@ -683,12 +795,14 @@ WsLayout Layout(long long B, long long GH) {
 
 // Quantized-page variant from HELIX_MLA_DECODE_DEQUANT (pipe | tile), read once; default pipe.
 //   tile: all threads dequantize the whole staged tile, barrier, then S (simple, one more barrier);
-//   pipe: per-warpgroup dequant of 64-column blocks interleaved with the S wgmmas.
+//   pipe: per-warpgroup dequant of 64-column blocks interleaved with the S wgmmas;
+//   fp8qk (fp8 pages only; nvfp4 runs pipe): S on fp8 tensor cores with Q quantized per row in the kernel.
 int DequantModeFromEnv() {
   static const int mode = [] {
     const char* v = std::getenv("HELIX_MLA_DECODE_DEQUANT");
     if (v == nullptr || std::strcmp(v, "pipe") == 0) return (int)kWgmmaPipe;
     if (std::strcmp(v, "tile") == 0) return (int)kWgmma;
+    if (std::strcmp(v, "fp8qk") == 0) return (int)kWgmmaFp8Qk;
     return -1;
   }();
   return mode;
@@ -743,8 +857,12 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
 
   mla_schedule<<<1, 1, 0, stream>>>(p.bounds, p.B, p.G, p.cap, num_parts, s);
   HELIX_CUDA_CHECK(cudaGetLastError());
-  if constexpr (kFmt != kFmtNative) {
-    if (mode == kWgmmaPipe) HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmmaPipe, kFmt>(p, s, num_parts, mtiles, stream, qp)));
+  if constexpr (kFmt == kFmtFp8) {
+    if (mode == kWgmmaFp8Qk) HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmmaFp8Qk, kFmt>(p, s, num_parts, mtiles, stream, qp)));
+    else if (mode == kWgmmaPipe) HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmmaPipe, kFmt>(p, s, num_parts, mtiles, stream, qp)));
+    else HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmma, kFmt>(p, s, num_parts, mtiles, stream, qp)));
+  } else if constexpr (kFmt != kFmtNative) {  // nvfp4: fp8qk is not available, runs pipe
+    if (mode != kWgmma) HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmmaPipe, kFmt>(p, s, num_parts, mtiles, stream, qp)));
     else HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmma, kFmt>(p, s, num_parts, mtiles, stream, qp)));
   } else if (mode == kMma) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMma>(p, s, num_parts, mtiles, stream)));
   else HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmma>(p, s, num_parts, mtiles, stream)));
