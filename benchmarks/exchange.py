@@ -26,7 +26,6 @@ import os
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")   # never NVLink multicast on shared hosts
 
 import argparse
-import functools
 import json
 import math
 import pathlib

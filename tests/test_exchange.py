@@ -18,7 +18,6 @@ from jax.sharding import PartitionSpec as P
 
 from helix_jax.mesh import make_cp_mesh
 from helix_jax.ops import exchange as ex
-from helix_jax.ops.exchange import reference as exref
 
 IMPLS = ("reference", "ffi")
 DTYPES = (jnp.float32, jnp.bfloat16)

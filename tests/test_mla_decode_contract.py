@@ -252,15 +252,18 @@ def test_gpu_contract(implementation, B, G, H, P, lens, rng):
     check(case, *run(case, implementation))
 
 
-def test_helix_mla_attention_routes_to_ffi(rng):
-    """helix_mla_attention(..., implementation="ffi") runs the CPU handler per rank and equals the reference path."""
+@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8_e4m3", "nvfp4"])
+def test_helix_mla_attention_routes_to_ffi(kv_dtype, rng):
+    """helix_mla_attention(..., implementation="ffi") runs the CPU handler (float, fp8 or nvfp4 pages) per rank
+    inside shard_map and equals the reference path. ("bf16" = unquantized pages in the f32 test dtype.)"""
     import helix_jax as hj
     cp, P, G, H, max_len = 2, 4, 3, 4, 40
     lens = np.array([5, 17])
     mesh = hj.make_cp_mesh(cp)
     kv = jnp.asarray(rng.standard_normal((2, max_len, 576)), jnp.float32)
     q = jnp.asarray(rng.standard_normal((2, G, H, 576)), jnp.float32)
-    cache = hj.HelixMLACache.from_global(kv[..., :512], kv[..., 512:], lens, mesh=mesh, page_size=P, max_len=max_len)
+    cache = hj.HelixMLACache.from_global(kv[..., :512], kv[..., 512:], lens, mesh=mesh, page_size=P, max_len=max_len,
+                                         kv_dtype=kv_dtype)
     pos = lens[:, None] + np.arange(G)
     new = kv[np.arange(2)[:, None], pos]
     outs = {impl: hj.helix_mla_attention(cache, q[..., :512], q[..., 512:], new[..., :512], new[..., 512:], pos,

@@ -1,5 +1,4 @@
 """helix_jax.quant vs an independent float64 numpy oracle (round-to-nearest-even on an explicit grid)."""
-import functools
 
 import jax
 import jax.numpy as jnp

@@ -194,7 +194,6 @@ def _chi2_pvalue(samples, probs):
 
 def _sample_chain(p, q, n, seed, accept_fn):
     """n independent verify steps of one sequence: drafts ~ q, then ``accept_fn``."""
-    k = q.shape[0]
     keys = jax.random.split(jax.random.key(seed), n)
 
     def one(key):

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from .io import CheckpointError, _is_cache, _paths, read_manifest, restore, save
+from .io import CheckpointError, _is_cache, read_manifest, restore, save
 from .relayout import layout_template
 
 __all__ = ["save_state", "restore_state", "RestoredState", "save_spec_run", "resume_spec_decode", "ResumedRun",
