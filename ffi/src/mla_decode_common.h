@@ -30,23 +30,20 @@ inline std::string DimsStr(ffi::Span<const int64_t> d) {
   return s + "]";
 }
 
-// Fills *shape from the operands; returns a non-empty message naming the bad operand otherwise.
-inline std::string CheckMlaShapes(const ffi::AnyBuffer& q_lat, const ffi::AnyBuffer& q_rope,
-                                  const ffi::AnyBuffer& c_lat, const ffi::AnyBuffer& k_rope,
-                                  ffi::Span<const int64_t> pt_dims, ffi::Span<const int64_t> bd_dims,
-                                  ffi::Span<const int64_t> o_dims, ffi::Span<const int64_t> lse_dims,
-                                  MlaShape* s) {
-  auto qd = q_lat.dimensions(), rd = q_rope.dimensions(), cd = c_lat.dimensions(), kd = k_rope.dimensions();
+// Queries: fills B, G, H, Dl, Dr.
+inline std::string CheckQueries(ffi::Span<const int64_t> qd, ffi::Span<const int64_t> rd, MlaShape* s) {
   if (qd.size() != 4) return "q_latent must be [B, G, H, Dl], got " + DimsStr(qd);
   s->B = qd[0]; s->G = qd[1]; s->H = qd[2]; s->Dl = qd[3];
   if (rd.size() != 4 || rd[0] != s->B || rd[1] != s->G || rd[2] != s->H)
     return "q_rope must be [B, G, H, Dr] matching q_latent " + DimsStr(qd) + ", got " + DimsStr(rd);
   s->Dr = rd[3];
-  if (cd.size() != 3 || cd[2] != s->Dl) return "c_latent must be [N, P, Dl=" + std::to_string(s->Dl) + "], got " + DimsStr(cd);
-  s->N = cd[0]; s->P = cd[1];
-  if (kd.size() != 3 || kd[0] != s->N || kd[1] != s->P || kd[2] != s->Dr)
-    return "k_rope must be [N, P, Dr] = [" + std::to_string(s->N) + ", " + std::to_string(s->P) + ", " +
-           std::to_string(s->Dr) + "], got " + DimsStr(kd);
+  return "";
+}
+
+// Page table, bounds and results against the queries' B, G, H, Dl; fills npp.
+inline std::string CheckTablesAndResults(ffi::Span<const int64_t> pt_dims, ffi::Span<const int64_t> bd_dims,
+                                         ffi::Span<const int64_t> o_dims, ffi::Span<const int64_t> lse_dims,
+                                         MlaShape* s) {
   if (pt_dims.size() != 2 || pt_dims[0] != s->B) return "page_table must be [B, pages_per_seq], got " + DimsStr(pt_dims);
   s->npp = pt_dims[1];
   if (bd_dims.size() != 2 || bd_dims[0] != s->B || bd_dims[1] != s->G) return "kv_bounds must be [B, G], got " + DimsStr(bd_dims);
@@ -54,6 +51,23 @@ inline std::string CheckMlaShapes(const ffi::AnyBuffer& q_lat, const ffi::AnyBuf
     return "o must be [B, G, H, Dl], got " + DimsStr(o_dims);
   if (lse_dims.size() != 3 || lse_dims[0] != s->B || lse_dims[1] != s->G || lse_dims[2] != s->H)
     return "lse must be [B, G, H], got " + DimsStr(lse_dims);
+  return "";
+}
+
+// Fills *shape from the operands; returns a non-empty message naming the bad operand otherwise.
+inline std::string CheckMlaShapes(const ffi::AnyBuffer& q_lat, const ffi::AnyBuffer& q_rope,
+                                  const ffi::AnyBuffer& c_lat, const ffi::AnyBuffer& k_rope,
+                                  ffi::Span<const int64_t> pt_dims, ffi::Span<const int64_t> bd_dims,
+                                  ffi::Span<const int64_t> o_dims, ffi::Span<const int64_t> lse_dims,
+                                  MlaShape* s) {
+  auto qd = q_lat.dimensions(), rd = q_rope.dimensions(), cd = c_lat.dimensions(), kd = k_rope.dimensions();
+  if (std::string e = CheckQueries(qd, rd, s); !e.empty()) return e;
+  if (cd.size() != 3 || cd[2] != s->Dl) return "c_latent must be [N, P, Dl=" + std::to_string(s->Dl) + "], got " + DimsStr(cd);
+  s->N = cd[0]; s->P = cd[1];
+  if (kd.size() != 3 || kd[0] != s->N || kd[1] != s->P || kd[2] != s->Dr)
+    return "k_rope must be [N, P, Dr] = [" + std::to_string(s->N) + ", " + std::to_string(s->P) + ", " +
+           std::to_string(s->Dr) + "], got " + DimsStr(kd);
+  if (std::string e = CheckTablesAndResults(pt_dims, bd_dims, o_dims, lse_dims, s); !e.empty()) return e;
   if (q_rope.element_type() != q_lat.element_type()) return "q_rope dtype must equal q_latent dtype";
   if (k_rope.element_type() != c_lat.element_type()) return "k_rope dtype must equal c_latent dtype";
   if (s->P <= 0) return "page size must be positive";
@@ -70,11 +84,7 @@ inline std::string CheckQuantShapes(const ffi::AnyBuffer& q_lat, const ffi::AnyB
                                     ffi::Span<const int64_t> bd_dims, ffi::Span<const int64_t> o_dims,
                                     ffi::Span<const int64_t> lse_dims, MlaShape* s) {
   auto qd = q_lat.dimensions(), rd = q_rope.dimensions();
-  if (qd.size() != 4) return "q_latent must be [B, G, H, Dl], got " + DimsStr(qd);
-  s->B = qd[0]; s->G = qd[1]; s->H = qd[2]; s->Dl = qd[3];
-  if (rd.size() != 4 || rd[0] != s->B || rd[1] != s->G || rd[2] != s->H)
-    return "q_rope must be [B, G, H, Dr] matching q_latent " + DimsStr(qd) + ", got " + DimsStr(rd);
-  s->Dr = rd[3];
+  if (std::string e = CheckQueries(qd, rd, s); !e.empty()) return e;
   std::vector<const ffi::AnyBuffer*> pv(pools);
   std::vector<int> dv(divs);
   static const char* kNames[] = {"c_latent", "k_rope", "c_latent_sf", "k_rope_sf"};
@@ -89,13 +99,7 @@ inline std::string CheckQuantShapes(const ffi::AnyBuffer& q_lat, const ffi::AnyB
              "] = [" + std::to_string(s->N) + ", " + std::to_string(s->P) + ", " + std::to_string(full / dv[i]) +
              "], got " + DimsStr(d);
   }
-  if (pt_dims.size() != 2 || pt_dims[0] != s->B) return "page_table must be [B, pages_per_seq], got " + DimsStr(pt_dims);
-  s->npp = pt_dims[1];
-  if (bd_dims.size() != 2 || bd_dims[0] != s->B || bd_dims[1] != s->G) return "kv_bounds must be [B, G], got " + DimsStr(bd_dims);
-  if (o_dims.size() != 4 || o_dims[0] != s->B || o_dims[1] != s->G || o_dims[2] != s->H || o_dims[3] != s->Dl)
-    return "o must be [B, G, H, Dl], got " + DimsStr(o_dims);
-  if (lse_dims.size() != 3 || lse_dims[0] != s->B || lse_dims[1] != s->G || lse_dims[2] != s->H)
-    return "lse must be [B, G, H], got " + DimsStr(lse_dims);
+  if (std::string e = CheckTablesAndResults(pt_dims, bd_dims, o_dims, lse_dims, s); !e.empty()) return e;
   if (s->P <= 0) return "page size must be positive";
   return "";
 }
