@@ -106,7 +106,7 @@ def _quantize_rows(pages, c_latent_new, k_rope_new) -> dict:
                 k_rope=k_rope_new.astype(pages.k_rope.dtype))
 
 
-def append_kv(pages, page_table, local_slots, c_latent_new, k_rope_new):
+def append_kv(pages, page_table, local_slots, c_latent_new, k_rope_new, *, implementation=None):
     """Write new KV rows at rank-local slots (§4 step 3); slot -1 means "not mine", skipped.
 
     Quantized pages (:class:`FP8Pages`, :class:`NVFP4Pages`) quantize each new row with the pages'
@@ -118,8 +118,15 @@ def append_kv(pages, page_table, local_slots, c_latent_new, k_rope_new):
       page_table: ``[B, pages_per_seq]`` local page ids.
       local_slots: ``[B, G]`` rank-local indices (``-1`` = skip).
       c_latent_new: ``[B, G, Dl]``; k_rope_new: ``[B, G, Dr]`` (already RoPE'd at global positions).
+      implementation: ``None`` / ``"xla"`` (jnp quantize + scatter) or ``"pallas"`` (the bit-identical
+        kernel of :mod:`helix_jax.ops.append`; interpret mode on CPU).
     Returns the pages tuple of the same type.
     """
+    if implementation == "pallas":
+        from .ops.append import append_rows
+        return append_rows(pages, page_table, local_slots, c_latent_new, k_rope_new)
+    if implementation not in (None, "xla"):
+        raise ValueError(f"implementation must be None, 'xla' or 'pallas', got {implementation!r}")
     n, p = pages.c_latent.shape[:2]
     npp = page_table.shape[1]
     slots = jnp.asarray(local_slots, jnp.int32)
