@@ -88,20 +88,22 @@ def _kernel(slots_ref, pt_ref, scale_ref, cn_ref, kn_ref, *refs, fmt, page, n_pa
     off = jax.lax.rem(s, page)
     ok = ok & (pid >= 0) & (pid < n_pages)
 
+    # The row is loaded and quantized unconditionally so that its loads overlap the slot -> page lookup.
+    cn = cn_ref[b, g, :]
+    kn = kn_ref[b, g, :]
+    if fmt == "bf16":
+        vals = (cn.astype(out[0].dtype), kn.astype(out[1].dtype))
+    elif fmt == "fp8_e4m3":
+        sc = scale_ref[0]
+        vals = (_fp8(cn, sc), _fp8(kn, sc))
+    else:
+        gs = scale_ref[0]
+        c, csf = _nvfp4(cn, gs, exact_asm=exact_asm)
+        k, ksf = _nvfp4(kn, gs, exact_asm=exact_asm)
+        vals = (c, k, csf, ksf)
+
     @pl.when(ok)
     def _():
-        cn = cn_ref[b, g, :]
-        kn = kn_ref[b, g, :]
-        if fmt == "bf16":
-            vals = (cn.astype(out[0].dtype), kn.astype(out[1].dtype))
-        elif fmt == "fp8_e4m3":
-            sc = scale_ref[0]
-            vals = (_fp8(cn, sc), _fp8(kn, sc))
-        else:
-            gs = scale_ref[0]
-            c, csf = _nvfp4(cn, gs, exact_asm=exact_asm)
-            k, ksf = _nvfp4(kn, gs, exact_asm=exact_asm)
-            vals = (c, k, csf, ksf)
         for ref, v in zip(out, vals):
             ref[pid, off, :] = v
 
