@@ -15,7 +15,7 @@ import pytest
 from helix_jax import cache, quant
 from helix_jax.cache import FP8Pages, MLAPages, NVFP4Pages
 from helix_jax.ops.append import append_rows
-from test_quant import np_fp8, np_nvfp4
+from test_quant import E2M1, np_fp8, np_nvfp4
 
 FORMATS = ("bf16", "fp8_e4m3", "nvfp4")
 N, P, NPP = 12, 8, 3          # 12-page pool, 8-token pages, 3 pages per sequence: 3 spare pages
@@ -77,32 +77,34 @@ def written(table, slots):
             for (i, j), s in np.ndenumerate(slots)}
 
 
+E2M1_SIGNED = np.concatenate([E2M1, -E2M1]).astype(F32)   # value of each 4-bit code
+
+
 def check_against_oracle(fmt, before, after, rows, table, slots):
-    """Untouched slots keep their poison bits; written ones hold the numpy oracle's quantization."""
-    dest = written(table, slots)
-    hit = np.zeros((N, P), bool)
-    for (i, j), where in dest.items():
+    """Untouched slots keep their poison bits; written ones hold the numpy oracle's quantization (host side)."""
+    after = type(after)(*[np.asarray(x) for x in after])
+    rows = [np.asarray(r, F32) for r in rows]
+    hit = np.zeros(before.c_latent.shape[:2], bool)
+    for (i, j), where in written(table, slots).items():
         if where is None:
             continue
         pg, off = where
         hit[pg, off] = True
-        c, k = (np.asarray(r[i, j], F32) for r in rows)
-        if fmt == "bf16":
-            np.testing.assert_array_equal(_bits(after.c_latent[pg, off]), _bits(jnp.asarray(c, jnp.bfloat16)))
-        elif fmt == "fp8_e4m3":
-            s = F32(after.scale[0])
-            for x, q in ((c, after.c_latent), (k, after.k_rope)):
-                want = np_fp8(x, s)
-                got = np.asarray(q[pg, off]).astype(np.float64)
-                np.testing.assert_array_equal(got, want)
-                np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
-        else:
-            g = F32(after.global_scale[0])
-            for x, q, sf in ((c, after.c_latent, after.c_latent_sf), (k, after.k_rope, after.k_rope_sf)):
+        for x, q, sf in zip(rows, after[:2], after[2:4] if fmt == "nvfp4" else (None, None)):
+            x, q = x[i, j], q[pg, off]
+            if fmt == "bf16":
+                np.testing.assert_array_equal(_bits(q), _bits(np.asarray(x, jnp.bfloat16)))
+            elif fmt == "fp8_e4m3":
+                want = np_fp8(x, F32(after.scale[0]))
+                np.testing.assert_array_equal(q.astype(np.float64), want)
+                np.testing.assert_array_equal(np.signbit(q.astype(np.float64)), np.signbit(want))
+            else:
+                g = F32(after.global_scale[0])
                 deq, want_sf = np_nvfp4(x, g)
-                np.testing.assert_array_equal(np.asarray(sf[pg, off]).astype(F32), want_sf)
-                got = quant.dequantize_nvfp4(q[pg, off], sf[pg, off], g)
-                np.testing.assert_array_equal(np.asarray(got), deq)
+                sf = sf[pg, off].astype(F32)
+                np.testing.assert_array_equal(sf, want_sf)
+                e = E2M1_SIGNED[np.stack([q & 15, q >> 4], -1).reshape(-1)].reshape(-1, 16)
+                np.testing.assert_array_equal((((e * sf[:, None]) * (F32(1) / g))).reshape(-1), deq)
     for name, b0, b1 in zip(type(before)._fields, before, after):
         if b0.ndim == 3:
             np.testing.assert_array_equal(_bits(b1)[~hit], _bits(b0)[~hit], err_msg=f"{name} outside the slots")
@@ -206,4 +208,5 @@ def test_kernel_matches_jnp_path_on_gpu(fmt, rng):
     rows = new_rows(rng, b, g, jnp.bfloat16)
     want = xla_append(pages, table, jnp.asarray(slots), *rows)
     got = pallas_append(pages, table, jnp.asarray(slots), *rows)
+    check_against_oracle(fmt, pages, got, rows, table, slots)   # first: says which side is right
     assert_bit_equal(got, want)
