@@ -32,7 +32,7 @@ from benchmarks import common  # noqa: E402
 from helix_jax import cache, quant  # noqa: E402
 from helix_jax.cache import FP8Pages, MLAPages, NVFP4Pages  # noqa: E402
 
-COLUMNS = ["backend", "num_warps", "kv_dtype", "B", "G", "us", "us_call_k1", "bit_exact", "xla_over_this"]
+COLUMNS = ["backend", "num_warps", "kv_dtype", "B", "G", "us", "us_call_k1", "bit_exact", "xla_over_this", "error"]
 PAGES_PER_SEQ = 16
 
 
@@ -133,29 +133,35 @@ def main(argv=None):
             table, slots, c, kr = make_inputs(b, a.G, a.appends, a.pages, a.page_size, rng)
             ref = None
             for impl, w in variants:
-                f = jax.jit(functools.partial(appends, impl=impl, num_warps=w))
-                t1, names = time_call(f, (pool, table, slots[:1], c[:1], kr[:1]), a.iters)
-                tk, _ = time_call(f, (pool, table, slots, c, kr), a.iters)
-                rec = {"backend": impl, "num_warps": w, "kv_dtype": fmt, "B": b, "G": a.G,
-                       "us": (tk - t1) / (a.appends - 1), "us_call_k1": t1, "appends_per_call": a.appends,
-                       "pages": a.pages, "page_size": a.page_size, "kernels_k1": names}
-                out = f(pool, table, slots, c, kr)
-                if impl == "xla":
-                    ref = out
-                else:
-                    bad = int(_mismatched_bytes(out, ref))
-                    rec.update(bit_exact=bad == 0, mismatched_bytes=bad)
-                del out
+                rec = {"backend": impl, "num_warps": w, "kv_dtype": fmt, "B": b, "G": a.G}
+                try:   # one failing variant (e.g. a Triton compile error) must not lose the others
+                    f = jax.jit(functools.partial(appends, impl=impl, num_warps=w))
+                    t1, names = time_call(f, (pool, table, slots[:1], c[:1], kr[:1]), a.iters)
+                    tk, _ = time_call(f, (pool, table, slots, c, kr), a.iters)
+                    rec.update(us=(tk - t1) / (a.appends - 1), us_call_k1=t1, appends_per_call=a.appends,
+                               pages=a.pages, page_size=a.page_size, kernels_k1=names)
+                    out = f(pool, table, slots, c, kr)
+                    if impl == "xla":
+                        ref = out
+                    elif ref is not None:
+                        bad = int(_mismatched_bytes(out, ref))
+                        rec.update(bit_exact=bad == 0, mismatched_bytes=bad)
+                    del out
+                except Exception as e:  # noqa: BLE001 - recorded and reported, exit status 1
+                    rec["error"] = f"{type(e).__name__}: {e}"[:2000]
+                    print(f"{fmt:9s} B={b:4d} {impl} warps={w}: FAILED {rec['error'][:300]}", flush=True)
+                    records.append(rec)
+                    continue
                 records.append(rec)
                 print(f"{fmt:9s} B={b:4d} G={a.G} {impl:6s} warps={w!s:4s} {rec['us']:9.2f} us/append "
                       f"(1-append call {t1:8.1f} us){'' if impl == 'xla' else '  bit_exact=' + str(rec['bit_exact'])}",
                       flush=True)
             del ref
         del pool
-    by_key = {(r["kv_dtype"], r["B"]): r["us"] for r in records if r["backend"] == "xla"}
+    by_key = {(r["kv_dtype"], r["B"]): r["us"] for r in records if r["backend"] == "xla" and "us" in r}
     print("\nxla / pallas time ratio (> 1: the kernel is faster):")
     for r in records:
-        if r["backend"] == "pallas":
+        if r["backend"] == "pallas" and "us" in r and (r["kv_dtype"], r["B"]) in by_key:
             r["xla_over_this"] = by_key[(r["kv_dtype"], r["B"])] / r["us"] if r["us"] > 0 else float("nan")
             print(f"  {r['kv_dtype']:9s} B={r['B']:4d} warps={r['num_warps']}: {r['xla_over_this']:.2f}x")
     payload = {"date": common.today(), "device": common.device_line(), "records": records,
@@ -171,7 +177,7 @@ def main(argv=None):
           common.markdown_table(records, COLUMNS)]
     stem.with_suffix(".md").write_text("\n".join(md) + "\n")
     print(f"wrote {stem}.json/.md in {payload['runtime_s']:.1f} s")
-    bad = [r for r in records if r.get("bit_exact") is False]
+    bad = [r for r in records if r.get("bit_exact") is False or "error" in r]
     return 1 if bad else 0
 
 
