@@ -300,7 +300,7 @@ def main(argv=None):
     ap.add_argument("--refs", choices=("all", "first", "none"), default="all",
                     help="plain all-to-all / ppermute references in every variant, the first only, or none")
     ap.add_argument("--budget-s", type=float, default=300.0,
-                    help="skip variants that would start past this many seconds (est. = slowest so far)")
+                    help="skip variants that would start past this many seconds (estimate: slowest after the first)")
     ap.add_argument("--variant-timeout-s", type=float, default=90.0)
     ap.add_argument("--no-repeat", action="store_true",
                     help="do not re-run the baseline and the fastest variant at the end")
@@ -487,6 +487,14 @@ def worker(spec: dict) -> int:
     refs = {}
     phase("exchange")
 
+    def guarded(name, fn):
+        """A failing reference is recorded; it must not lose the variant's exchange numbers."""
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001
+            refs[name + "_error"] = {"error": f"{type(e).__name__}: {e}"[:500]}
+            print(f"reference {name} failed: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr, flush=True)
+
     def chained(collective, shape):
         """``chain`` collectives in one program, each input a one-element update of the last one
         (XLA cannot merge or skip them; the update is an in-place 1-element kernel)."""
@@ -501,7 +509,7 @@ def worker(spec: dict) -> int:
         return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=spec_, out_specs=[spec_] * chain, check_vma=False)), \
             xb._sharded(mesh, shape, dtype, 21, spec_)
 
-    if spec.get("refs"):
+    def _plain_and_ppermute():
         n = payload // (cp * 2)                                      # per-rank [cp, n] bf16 = payload bytes
         fa, xa = chained(lambda x: jax.lax.all_to_all(x, "cp", 0, 0, tiled=True), (cp * cp, n))
         ya = fa(xa)[0]
@@ -522,8 +530,12 @@ def worker(spec: dict) -> int:
         refs["ppermute"] = {"ms": ms, "source": src, "bytes": m * 2, "correct": ok, **bw(m * 2, ms)}
         del ya, yp
 
-    phase("a2a_plain_and_ppermute")
     if spec.get("refs"):
+        guarded("plain_and_ppermute", _plain_and_ppermute)
+
+    phase("a2a_plain_and_ppermute")
+
+    def _exchange_ppermute():
         # The same exchange with the all-to-all written as cp-1 ppermutes of the peers' chunks (the own
         # chunk never moves): shows what the self-copy inside NCCL's all-to-all kernel costs.
         impl = "ffi" if variant == "ffi" else "reference"
@@ -561,8 +573,12 @@ def worker(spec: dict) -> int:
                                      "kernel_ms": tm.get("kernel_ms"), "parts_ms": tm.get("parts_ms", {}),
                                      **bw(sent, ms)}
 
+    if spec.get("refs"):
+        guarded("exchange_ppermute", _exchange_ppermute)
+
     phase("exchange_ppermute")
-    if spec.get("device_put"):
+
+    def _copies():
         d0, d1 = mesh.devices.flat[0], mesh.devices.flat[1]
         k = max(spec["wall_n"], 2)
         x0 = jax.device_put(jnp.ones((sent // 2,), dtype), d0)
@@ -579,6 +595,10 @@ def worker(spec: dict) -> int:
             refs["device_put_2way" if two_way else "device_put_1way"] = {
                 "ms": ms, "source": "wall", "bytes": sent, "correct": same, **bw(sent, ms)}
             del ys
+
+    if spec.get("device_put"):
+        guarded("copies", _copies)
+
     rec["refs"] = refs
     phase("copies")
     rec["phase_s"] = phase_s
