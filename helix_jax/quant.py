@@ -8,6 +8,14 @@ division by a scale is written as a multiplication by its float32 reciprocal (``
 is what XLA emits for a division by a broadcast anyway, and what a kernel does, so the formulas
 below are bit-exact specifications.
 
+NVFP4 quantization is written so that XLA cannot change its result on any backend (see
+``benchmarks/nvfp4_gpu_diag.py``): XLA:GPU deletes cast round trips such as ``f32 -> e2m1 -> f32``
+(``SimplifyFPConversions`` under the default ``xla_allow_excess_precision``) and lowers f32 division
+to the approximate ``div.full.f32``, and every backend rewrites ``v / 6`` as ``v * fl32(1/6)``. So E2M1
+rounding is done by comparisons, ``sf`` / ``fl32(1/sf)`` come from tables indexed by the scale's
+code, and the ``/ 6`` of the block scale is corrected exactly (``_nvfp4_scale_codes``); the results
+are those of the formulas below with a true, correctly rounded division.
+
 FP8 E4M3, per-tensor scale (§10.2)
   ``q = RNE_e4m3(clip(fl32(x * scale), -448, 448))``; ``x ≈ fl32(q * fl32(1 / scale))``. One float32 ``scale``
   (orig -> quant, TRT-LLM's ``kv_scale_orig_quant``) covers the whole 576-value row
@@ -35,6 +43,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 __all__ = [
     "KV_DTYPES", "FP8_E4M3_MAX", "E2M1_MAX", "NVFP4_BLOCK", "NVFP4_KV_GLOBAL_SCALE", "E2M1_VALUES",
@@ -88,11 +97,18 @@ def dequantize_fp8(q, scale, dtype=jnp.float32):
 
 # -- FP4 E2M1 codes and packing -----------------------------------------------------------------
 def fp4_codes(x):
-    """Round ``x`` (float, already in block units) to E2M1 (RNE, saturating at ±6); uint8 codes 0..15."""
-    v = jnp.clip(jnp.asarray(x, jnp.float32), -E2M1_MAX, E2M1_MAX)
-    v = v.astype(jnp.float4_e2m1fn).astype(jnp.float32)         # exact grid value
+    """Round ``x`` (float, already in block units) to E2M1 (RNE, saturating at ±6); uint8 codes 0..15.
+
+    Written as comparisons against the RNE midpoints of the grid (ties to the even code: 0.25 -> 0,
+    0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4) rather than a cast round trip
+    ``f32 -> float4_e2m1fn -> f32``: XLA's GPU pipeline (``SimplifyFPConversions``, on by default via
+    ``xla_allow_excess_precision``) deletes such round trips, which silently turned the rounding into
+    truncation there. The sign comes from the sign bit (``-0.0`` and tiny negatives -> code 8).
+    """
+    v = jnp.asarray(x, jnp.float32)
     a = jnp.abs(v)
-    mag = sum((a >= t).astype(jnp.uint8) for t in (0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0))
+    mag = sum((a > t).astype(jnp.uint8) for t in (0.25, 1.25, 2.5, 5.0)) \
+        + sum((a >= t).astype(jnp.uint8) for t in (0.75, 1.75, 3.5))
     return jnp.where(jnp.signbit(v), mag + 8, mag).astype(jnp.uint8)
 
 
@@ -128,27 +144,72 @@ def _blocks(x):
     return x.reshape(x.shape[:-1] + (d // NVFP4_BLOCK, NVFP4_BLOCK))
 
 
+# E4M3 decode tables by code (sign bit included; 0x7F / 0xFF are NaN) and the correctly rounded f32
+# reciprocals of the non-negative codes (entry 0 unused). Looked up instead of cast / divided because
+# XLA deletes a cast round trip f32 -> e4m3 -> f32 on GPU and lowers f32 division there to the
+# approximate ``div.full.f32`` (``-nvptx-prec-divf32=1``); a table lookup is exact on every backend.
+_E4M3_VALUE = np.arange(256, dtype=np.uint8).view(jnp.float8_e4m3fn).astype(np.float32)
+with np.errstate(divide="ignore"):
+    _E4M3_RECIP = np.where(_E4M3_VALUE[:128] > 0, np.float32(1) / _E4M3_VALUE[:128], 0).astype(np.float32)
+
+
+def _e4m3_bits(q):
+    """E4M3 ``[...]`` -> its uint8 codes (a bitcast, never a value conversion)."""
+    return lax.bitcast_convert_type(jnp.asarray(q, jnp.float8_e4m3fn), jnp.uint8)
+
+
+def _e4m3_value(code):
+    """uint8/int codes ``[...]`` -> float32 values of E4M3 (exact, by table)."""
+    return jnp.asarray(_E4M3_VALUE)[jnp.asarray(code).astype(jnp.int32)]
+
+
+def _nvfp4_scale_codes(amax, g):
+    """Block amax ``[...]`` (f32) -> uint8 E4M3 codes of ``RNE_e4m3(clip(fl32(amax * g) / 6, 0, 448))``.
+
+    The quotient is never formed exactly: XLA rewrites ``v / 6`` to ``v * fl32(1/6)`` (every
+    backend) and GPU divisions are approximate, either of which can move ``fl32(v/6)`` across an E4M3
+    rounding midpoint. So a candidate from ``v * (1/6)`` (off by at most one E4M3 step) is corrected
+    by comparing ``v`` with ``6 * midpoint`` of the neighbouring codes, which is exact in f32 (an
+    E4M3 midpoint has <= 5 significant bits). Equals the true-division result because ``fl32(v/6)``
+    lands on a midpoint only when ``v/6`` is one (then the tie goes to the even code).
+    """
+    v = amax * g
+    cand = jnp.clip(v * jnp.float32(1.0 / E2M1_MAX), 0.0, FP8_E4M3_MAX).astype(jnp.float8_e4m3fn)
+    code = _e4m3_bits(cand).astype(jnp.int32)               # 0..126, 127 only for NaN input
+    up, dn = jnp.minimum(code + 1, 126), jnp.maximum(code - 1, 0)
+    s, s_up, s_dn = _e4m3_value(code), _e4m3_value(up), _e4m3_value(dn)
+    t_up = (s + s_up) * jnp.float32(E2M1_MAX / 2)            # 6 * midpoint, exact
+    t_dn = (s + s_dn) * jnp.float32(E2M1_MAX / 2)
+    go_up = (code < 126) & ((v > t_up) | ((v == t_up) & (up % 2 == 0)))
+    go_dn = (code > 0) & ((v < t_dn) | ((v == t_dn) & (dn % 2 == 0)))
+    return jnp.where(go_up, up, jnp.where(go_dn, dn, code)).astype(jnp.uint8)
+
+
+def _nvfp4_scale_codes_of(x, g):
+    return _nvfp4_scale_codes(jnp.max(jnp.abs(_blocks(x)), axis=-1), g)
+
+
 def nvfp4_block_scales(x, global_scale):
     """E4M3 block scales ``[..., D/16]`` of ``x [..., D]`` for the given global scale."""
     g = _scalar(global_scale, "global_scale")
-    amax = jnp.max(jnp.abs(_blocks(x)), axis=-1)
-    return jnp.clip(amax * g / E2M1_MAX, 0.0, FP8_E4M3_MAX).astype(jnp.float8_e4m3fn)
+    return lax.bitcast_convert_type(_nvfp4_scale_codes_of(x, g), jnp.float8_e4m3fn)
 
 
 def quantize_nvfp4(x, global_scale):
     """``x [..., D]`` -> ``(packed uint8 [..., D/2], block scales e4m3 [..., D/16])``.
 
     Blocks are 16 consecutive features of one row; an all-zero block (or one whose scale
-    underflows E4M3) stores zeros.
+    underflows E4M3) stores zeros. ``sf`` and ``fl32(1/sf)`` come from tables indexed by the scale's
+    code (see ``_E4M3_RECIP``), so the result is bit-exact on CPU and GPU alike.
     """
     g = _scalar(global_scale, "global_scale")
     xb = _blocks(x)
-    sf = nvfp4_block_scales(x, g)
-    sf32 = sf.astype(jnp.float32)[..., None]
-    inv_sf = jnp.float32(1.0) / jnp.where(sf32 > 0, sf32, 1.0)
-    y = jnp.where(sf32 > 0, (xb * g) * inv_sf, 0.0)
+    code = _nvfp4_scale_codes(jnp.max(jnp.abs(xb), axis=-1), g)         # [..., D/16]
+    inv_sf = jnp.asarray(_E4M3_RECIP)[code.astype(jnp.int32)][..., None]
+    pos = (_e4m3_value(code) > 0)[..., None]
+    y = jnp.where(pos, (xb * g) * inv_sf, 0.0)
     codes = fp4_codes(y).reshape(jnp.shape(x))
-    return pack_fp4(codes), sf
+    return pack_fp4(codes), lax.bitcast_convert_type(code, jnp.float8_e4m3fn)
 
 
 def dequantize_nvfp4(packed, block_scales, global_scale, dtype=jnp.float32):
@@ -156,7 +217,7 @@ def dequantize_nvfp4(packed, block_scales, global_scale, dtype=jnp.float32):
     g = _scalar(global_scale, "global_scale")
     e = unpack_fp4(packed)
     d = e.shape[-1]
-    sf = block_scales.astype(jnp.float32)
+    sf = _e4m3_value(_e4m3_bits(block_scales))      # not a cast: see _E4M3_VALUE
     if sf.shape[-1] * NVFP4_BLOCK != d:
         raise ValueError(f"NVFP4: {sf.shape[-1]} block scales do not cover {d} values")
     eb = e.reshape(e.shape[:-1] + (d // NVFP4_BLOCK, NVFP4_BLOCK))
