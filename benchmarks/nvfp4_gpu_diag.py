@@ -19,6 +19,13 @@ explicit E4M3 / E2M1 grids, float32 op order of the documented formulas):
   codes    E2M1 codes 0..15
   packed   two codes per byte                   [rows, 288]
 
+``sf_raw`` differs on every backend for the legacy variants (~30%): XLA turns ``v / 6`` into
+``v * fl32(1/6)``, which only matters when it crosses an E4M3 rounding tie ("planted ties" rows).
+
+Expected on GPU if the diagnosis holds: legacy packed ~70% (as in the H200 test), legacy+cmp ~10%
+(sf_used unrounded), legacy+cmp+tab ~0%, library / quantize_nvfp4 / append_kv / pallas 0%, and the
+child (no excess precision) legacy packed 0%. Simulated on CPU in tests/test_quant_xla_rewrites.py.
+
 Formulations ("variants"):
   legacy         quant.py before the fix: ``(amax*g)/6``, cast f32->e4m3->f32, ``1/sf``, cast f32->e2m1->f32
   legacy+cmp     legacy, but E2M1 rounding by comparisons (no f4 cast round trip)
