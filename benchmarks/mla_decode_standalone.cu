@@ -173,8 +173,9 @@ static void Free(Dev& d) {
   for (void* p : {(void*)d.ql, (void*)d.qr, (void*)d.cl, (void*)d.kr, (void*)d.o, (void*)d.pt, (void*)d.bd, (void*)d.lse, (void*)d.ws}) CK(cudaFree(p));
 }
 
-template <int kMode, int kFmt = kFmtNative>
-static void Run(Dev& d, const QParams& qp = QParams{}) {
+// part: 0 = whole call (schedule + main + combine), 1 = main kernel only (after one whole call).
+template <int kMode, int kFmt = kFmtNative, int kVar = 0>
+static void Run(Dev& d, const QParams& qp = QParams{}, int part = 0) {
   Params p = d.p;
   const int mtiles = (p.GH + kRowsTile - 1) / kRowsTile;
   const int num_parts = std::min(std::max(d.num_sms / mtiles, 1), kMaxParts);
@@ -182,10 +183,10 @@ static void Run(Dev& d, const QParams& qp = QParams{}) {
   Sched s{reinterpret_cast<int4*>(d.ws + l.seg), reinterpret_cast<int2*>(d.ws + l.part), reinterpret_cast<int2*>(d.ws + l.batch)};
   p.lse_part = reinterpret_cast<float*>(d.ws + l.lse);
   p.o_part = reinterpret_cast<float*>(d.ws + l.o);
-  mla_schedule<<<1, 1>>>(p.bounds, p.B, p.G, p.cap, num_parts, s);
+  if (part == 0) mla_schedule<<<1, 1>>>(p.bounds, p.B, p.G, p.cap, num_parts, s);
   CK(cudaGetLastError());
-  CK((LaunchMain<true, kMode, kFmt>(p, s, num_parts, mtiles, 0, qp)));
-  mla_combine<true><<<(unsigned)(p.B * p.GH), 128>>>(p.o_part, p.lse_part, s, p.GH, d.o, d.lse);
+  CK((LaunchMain<true, kMode, kFmt, kVar>(p, s, num_parts, mtiles, 0, qp)));
+  if (part == 0) mla_combine<true><<<(unsigned)(p.B * p.GH), 128>>>(p.o_part, p.lse_part, s, p.GH, d.o, d.lse);
   CK(cudaGetLastError());
 }
 
@@ -249,13 +250,16 @@ __global__ void FillRandom(uint16_t* x, size_t n, uint32_t seed) {
 }
 
 // Timing case: data generated on the device (host RNG over gigabytes would dominate the run).
-static Dev UploadTiming(int B, int G, int H, int P, int L, float scale) {
+// l2: every page-table entry points into the first 64 pages (4.7 MB, L2-resident): the kernel's
+// ceiling without HBM latency or bandwidth.
+static Dev UploadTiming(int B, int G, int H, int P, int L, float scale, bool l2 = false) {
   Case c{B, G, H, P, (L + P - 1) / P, 0};
   c.N = B * c.npp;
   c.bounds.assign(B * G, L);
   c.table.resize(B * c.npp);
   for (int i = 0; i < B * c.npp; ++i) c.table[i] = i;
   std::shuffle(c.table.begin(), c.table.end(), std::mt19937(3));
+  if (l2) for (int& x : c.table) x %= 64;
   Dev d{};
   auto alloc = [](uint16_t*& p, size_t n, uint32_t seed) { CK(cudaMalloc(&p, n * 2)); FillRandom<<<1024, 256>>>(p, n, seed); CK(cudaGetLastError()); };
   const int GH = G * H;
@@ -296,14 +300,14 @@ static QParams QuantTiming(const Dev& d, int fmt) {
   return qp;
 }
 
-template <int kMode, int kFmt = kFmtNative>
-static float TimeMs(Dev& d, int iters, const QParams& qp = QParams{}) {
-  Run<kMode, kFmt>(d, qp);
+template <int kMode, int kFmt = kFmtNative, int kVar = 0>
+static float TimeMs(Dev& d, int iters, const QParams& qp = QParams{}, int part = 0) {
+  Run<kMode, kFmt, kVar>(d, qp);
   CK(cudaDeviceSynchronize());
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
   CK(cudaEventRecord(a));
-  for (int i = 0; i < iters; ++i) Run<kMode, kFmt>(d, qp);
+  for (int i = 0; i < iters; ++i) Run<kMode, kFmt, kVar>(d, qp, part);
   CK(cudaEventRecord(b)); CK(cudaEventSynchronize(b));
   float ms = 0;
   CK(cudaEventElapsedTime(&ms, a, b));
@@ -313,19 +317,28 @@ static float TimeMs(Dev& d, int iters, const QParams& qp = QParams{}) {
 int main(int argc, char** argv) {
   const bool small = argc > 1 && std::strcmp(argv[1], "small") == 0;
   const float scale = 0.0721f;
-  const char* names[2] = {"mma", "wgmma"};
-  int ok_mask = 0;
-  {
-    Case c = MakeCase(4, 2, 40, 64, {1000, 0, 77, 130}, 1);
+  const char* names[3] = {"mma", "wgmma", "seesaw"};
+  int ok_mask = 7;
+  // Unbalanced lengths, zero-length sequences and zero-bound rows, a partial second row tile (G*H = 80),
+  // single-tile and odd/even tile-count segments (seesaw ownership), page sizes 64 and 16.
+  struct CaseDef { int B, G, H, P; std::vector<int> lens; };
+  const std::vector<CaseDef> cases = {
+      {4, 2, 40, 64, {1000, 0, 77, 130}},
+      {9, 4, 16, 16, {1, 64, 65, 3000, 128, 129, 0, 191, 5000}},
+      {3, 1, 128, 64, {8000, 64, 1}},
+  };
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const CaseDef& cd = cases[ci];
+    Case c = MakeCase(cd.B, cd.G, cd.H, cd.P, cd.lens, 1 + (unsigned)ci);
     Dev d = Upload(c, scale);
-    for (int mode = 0; mode < 2; ++mode) {
-      std::printf("%s:\n", names[mode]);
+    for (int mode = 0; mode < 3; ++mode) {
+      std::printf("case %zu (B=%d G=%d H=%d P=%d) %s:\n", ci, cd.B, cd.G, cd.H, cd.P, names[mode]);
       CK(cudaMemset(d.o, 0xFF, (size_t)c.B * c.G * c.H * 512 * 2));  // poison (NaN)
       CK(cudaMemset(d.lse, 0xFF, (size_t)c.B * c.G * c.H * 4));
-      if (mode == 0) Run<kMma>(d); else Run<kWgmma>(d);
+      if (mode == 0) Run<kMma>(d); else if (mode == 1) Run<kWgmma>(d); else Run<kSeesaw>(d);
       CK(cudaDeviceSynchronize());
       const double e = Check(c, d, scale);
-      if (e < 2e-2) ok_mask |= 1 << mode;
+      if (!(e < 2e-2)) ok_mask &= ~(1 << mode);
       std::printf("  %s\n", e < 2e-2 ? "PASS" : "FAIL");
     }
     Free(d);
@@ -373,13 +386,27 @@ int main(int argc, char** argv) {
     Free(d);
   }
   if (small) return ((ok_mask & 2) && (qmask & 15) == 15) ? 0 : 1;
+  {  // seesaw probes: HBM vs L2-resident tables, proxy fence on/off, main kernel alone at B=1
+    struct P { int B, G, H; bool l2; };
+    for (P sh : {P{64, 1, 128, false}, P{64, 1, 128, true}, P{64, 1, 16, false}, P{64, 1, 16, true}, P{1, 1, 128, false}}) {
+      Dev d = UploadTiming(sh.B, sh.G, sh.H, 64, 65536, scale, sh.l2);
+      const double flops = 2.0 * sh.B * sh.G * sh.H * 65536.0 * 1088, bytes = (double)sh.B * 65536 * 576 * 2;
+      const float a = TimeMs<kSeesaw>(d, 5), f = TimeMs<kSeesaw, kFmtNative, 1>(d, 5), m = TimeMs<kSeesaw>(d, 5, QParams{}, 1);
+      const float ld = TimeMs<kSeesaw, kFmtNative, 2>(d, 5, QParams{}, 1), mt = TimeMs<kSeesaw, kFmtNative, 4>(d, 5, QParams{}, 1);
+      std::printf("probe B=%d H=%d %s: seesaw %.4f ms (%.1f TFLOP/s, %.2f TB/s)  no-proxy-fence %.4f ms  main-only %.4f ms"
+                  "  loads-only %.4f ms (%.2f TB/s)  math-only %.4f ms (%.1f TFLOP/s)\n",
+                  sh.B, sh.H, sh.l2 ? "L2-resident" : "HBM", a, flops / a / 1e9, bytes / a / 1e9, f, m, ld,
+                  bytes * (sh.H > 64 ? 2 : 1) / ld / 1e9, mt, flops / mt / 1e9);
+      Free(d);
+    }
+  }
   struct Shape { int B, G, H, L; };
   for (Shape sh : {Shape{64, 1, 128, 65536}, Shape{64, 4, 128, 65536}, Shape{1, 1, 128, 65536}, Shape{64, 1, 16, 65536}}) {
     Dev d = UploadTiming(sh.B, sh.G, sh.H, 64, sh.L, scale);
     const double flops = 2.0 * sh.B * sh.G * sh.H * (double)sh.L * 1088, bytes = (double)sh.B * sh.L * 576 * 2;
-    for (int mode = 0; mode < 2; ++mode) {
+    for (int mode = 0; mode < 3; ++mode) {
       if (!(ok_mask & (1 << mode))) continue;
-      const float ms = mode == 0 ? TimeMs<kMma>(d, 5) : TimeMs<kWgmma>(d, 5);
+      const float ms = mode == 0 ? TimeMs<kMma>(d, 5) : mode == 1 ? TimeMs<kWgmma>(d, 5) : TimeMs<kSeesaw>(d, 5);
       std::printf("B=%d G=%d H=%d L=%d %-9s %.4f ms  %.1f TFLOP/s  %.2f TB/s\n", sh.B, sh.G, sh.H, sh.L, names[mode], ms,
                   flops / ms / 1e9, bytes / ms / 1e9);
     }

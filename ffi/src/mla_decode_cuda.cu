@@ -35,6 +35,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "mla_decode_common.h"
 #include "mla_decode_wgmma.h"
@@ -198,7 +199,7 @@ __device__ __forceinline__ void WgmmaPV(float (&d)[32][4], uint64_t da, uint64_t
 // has dequantized that block of its own 32 tokens, so the dequantization of block j+1 runs while the
 // tensor cores work on block j (see mla_split_kv).
 // kWgmmaFp8Qk (FP8 pages only, opt-in): S = Q K^T on fp8 tensor cores (see mla_split_kv).
-enum KernelMode { kMma = 0, kWgmma = 1, kWgmmaPipe = 2, kWgmmaFp8Qk = 3 };
+enum KernelMode { kMma = 0, kWgmma = 1, kWgmmaPipe = 2, kWgmmaFp8Qk = 3, kSeesaw = 4 };
 // KV page formats: native 16-bit (bf16/f16, the q dtype), FP8 E4M3 per-tensor scale, NVFP4.
 enum KvFmt { kFmtNative = 0, kFmtFp8 = 1, kFmtNvfp4 = 2 };
 // Staged bytes per token of a quantized tile. nvfp4 row: [0,256) latent codes, [256,288) rope codes,
@@ -739,6 +740,14 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s, Q
   }
 }
 
+}  // namespace
+}  // namespace helix_ffi
+
+#include "mla_decode_seesaw.cuh"
+
+namespace helix_ffi {
+namespace {
+
 // Exact merge of a sequence's segment partials; one 128-thread block per (b, row), 4 columns each.
 template <bool kBf16>
 __global__ void __launch_bounds__(128) mla_combine(const float* __restrict__ o_part, const float* __restrict__ lse_part,
@@ -814,12 +823,13 @@ int KernelModeFromEnv() {
     const char* v = std::getenv("HELIX_MLA_DECODE_KERNEL");
     if (v == nullptr || std::strcmp(v, "wgmma") == 0) return (int)kWgmma;
     if (std::strcmp(v, "mma") == 0) return (int)kMma;
+    if (std::strcmp(v, "seesaw") == 0) return (int)kSeesaw;
     return -1;
   }();
   return mode;
 }
 
-template <bool kBf16, int kMode, int kFmt = kFmtNative>
+template <bool kBf16, int kMode, int kFmt = kFmtNative, int kVar = 0>
 cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtiles, cudaStream_t stream,
                        const QParams& qp = QParams{}) {
   // The >48 KB shared-memory opt-in is per device: set it once for each device this process launches on
@@ -829,13 +839,24 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
   cudaError_t err = cudaGetDevice(&dev);
   if (err != cudaSuccess) return err;
   const uint64_t bit = dev < 64 ? (1ull << dev) : 0;
-  if (bit == 0 || !(ready.load(std::memory_order_acquire) & bit)) {
-    err = cudaFuncSetAttribute(mla_split_kv<kBf16, kMode, kFmt>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-    if (err != cudaSuccess) return err;
-    ready.fetch_or(bit, std::memory_order_acq_rel);
+  if constexpr (kMode == kSeesaw) {
+    static_assert(kFmt == kFmtNative, "the seesaw kernel reads 16-bit pages");
+    if (bit == 0 || !(ready.load(std::memory_order_acquire) & bit)) {
+      err = cudaFuncSetAttribute(mla_seesaw<kBf16, kVar>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSsSmemBytes);
+      if (err != cudaSuccess) return err;
+      ready.fetch_or(bit, std::memory_order_acq_rel);
+    }
+    mla_seesaw<kBf16, kVar><<<dim3(num_parts, mtiles), kSsThreads, kSsSmemBytes, stream>>>(p, s);
+    return cudaGetLastError();
+  } else {
+    if (bit == 0 || !(ready.load(std::memory_order_acquire) & bit)) {
+      err = cudaFuncSetAttribute(mla_split_kv<kBf16, kMode, kFmt>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+      if (err != cudaSuccess) return err;
+      ready.fetch_or(bit, std::memory_order_acq_rel);
+    }
+    mla_split_kv<kBf16, kMode, kFmt><<<dim3(num_parts, mtiles), kThreads, kSmemBytes, stream>>>(p, s, qp);
+    return cudaGetLastError();
   }
-  mla_split_kv<kBf16, kMode, kFmt><<<dim3(num_parts, mtiles), kThreads, kSmemBytes, stream>>>(p, s, qp);
-  return cudaGetLastError();
 }
 
 // Native pages: HELIX_MLA_DECODE_KERNEL picks mma | wgmma. Quantized pages always run wgmma, in the
@@ -845,7 +866,7 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
                   const QParams& qp = QParams{}) {
   const int mode = kFmt == kFmtNative ? KernelModeFromEnv() : DequantModeFromEnv();
   if (mode < 0)
-    return ffi::Error::InvalidArgument(kFmt == kFmtNative ? "helix_mla_decode: HELIX_MLA_DECODE_KERNEL must be mma or wgmma"
+    return ffi::Error::InvalidArgument(kFmt == kFmtNative ? "helix_mla_decode: HELIX_MLA_DECODE_KERNEL must be mma, wgmma or seesaw"
                                                           : "helix_mla_decode: HELIX_MLA_DECODE_DEQUANT must be pipe or tile");
   Params p = base;
   const int mtiles = (p.GH + kRowsTile - 1) / kRowsTile;
@@ -865,6 +886,7 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
     if (mode != kWgmma) HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmmaPipe, kFmt>(p, s, num_parts, mtiles, stream, qp)));
     else HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmma, kFmt>(p, s, num_parts, mtiles, stream, qp)));
   } else if (mode == kMma) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMma>(p, s, num_parts, mtiles, stream)));
+  else if (mode == kSeesaw) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw>(p, s, num_parts, mtiles, stream)));
   else HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmma>(p, s, num_parts, mtiles, stream)));
   mla_combine<kBf16><<<(unsigned)(p.B * p.GH), 128, 0, stream>>>(p.o_part, p.lse_part, s, p.GH, o, lse);
   HELIX_CUDA_CHECK(cudaGetLastError());

@@ -1,0 +1,435 @@
+// Warp-specialized "seesaw" split-KV kernel for native 16-bit pages (HELIX_MLA_DECODE_KERNEL=seesaw).
+// Included by mla_decode_cuda.cu (uses its tile layout, descriptors and Params / Sched).
+//
+// One CTA = 3 warpgroups over a 64-row query tile: WG2 is the producer (cp.async of Q and of 64-token
+// KV tiles into two 72 KB buffers, completion signalled on per-64-column-block mbarriers), WG0 and WG1
+// are consumers that own the left / right 256 output columns (64 x 256 fp32 accumulators each).
+// Local tile j of a segment is "owned" by WG j%2: the owner computes S_j = Q K_j^T on a full 64-token
+// tile (m64n64 wgmma, so Q is read from shared memory once per 64 tokens), the running max m_j and
+// P_j = exp(S_j - m_j); it multiplies its own P_j from registers (RS wgmma) into its half of O and
+// leaves a bf16 copy of P_j in the tile's rope block (dead once S_j is done) plus m_j in shared memory
+// for the other WG, which applies alpha_j = exp(m_{j-1} - m_j) to its half, issues its own S_{j+1} and
+// then P_j V_j (SS wgmma) behind it. So one WG's softmax runs while the other's matrix work is queued.
+// Each buffer is released in three parts (left V half, right V half, rope/P block) as soon as both
+// WGs are done with that part, and reloaded in that order, so the next tile's S can start on its first
+// blocks early. Softmax statistics: both WGs apply every alpha_j in order; each sums the row sums of
+// the tiles it owns; L = l_0 + l_1 at the end of a segment.
+#pragma once
+
+namespace helix_ffi {
+namespace {
+
+constexpr int kSsThreads = 384;
+constexpr int kSsTileBytes = kTileElems * 2;  // 73728
+constexpr int kSsSmemBytes = 3 * kSsTileBytes + 2 * 64 * 4 + 2 * 2 * 64 * 4 + 32 * 8 + 1024;
+
+struct SsBars {
+  uint64_t full[2][9];   // per buffer, per 64-column block: 128 producer arrivals (cp.async completion)
+  uint64_t empty[2][3];  // per buffer: left V, right V, rope/P block: 256 consumer arrivals
+  uint64_t q_full, q_empty;
+};
+
+__device__ __forceinline__ void MbarInit(uint64_t* b, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SmemAddr(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void MbarArrive(uint64_t* b) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(SmemAddr(b)) : "memory");
+}
+__device__ __forceinline__ void MbarWait(uint64_t* b, int parity) {
+  uint32_t done = 0;
+  const uint32_t a = SmemAddr(b);
+  while (!done)
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(a), "r"(parity) : "memory");
+}
+// Arrives on b when all of this thread's earlier cp.async copies have landed (count set at init).
+__device__ __forceinline__ void CpAsyncMbarArrive(uint64_t* b) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(SmemAddr(b)) : "memory");
+}
+__device__ __forceinline__ void NamedBarSync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void NamedBarArrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void WgWait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
+
+template <bool kBf16>
+__device__ __forceinline__ void WgmmaS64(float (&d)[8][4], uint64_t da, uint64_t db) {
+  if constexpr (kBf16) Wgmma_m64n64_bf16<0>(d, da, db); else Wgmma_m64n64_f16<0>(d, da, db);
+}
+template <bool kBf16>
+__device__ __forceinline__ void WgmmaPVrs(float (&d)[32][4], const uint32_t (&a)[4], uint64_t db) {
+  if constexpr (kBf16) Wgmma_m64n256_bf16_rs<1>(d, a, db); else Wgmma_m64n256_f16_rs<1>(d, a, db);
+}
+
+// kVar (timing probes of the standalone driver only; not correct kernels): bit 0 drops the consumer's
+// proxy fence after each block's mbarrier wait; bit 1: consumers do no math (wait for each tile, release
+// it): the load pipeline alone; bit 2: the producer copies nothing (arrives only): the math alone.
+template <bool kBf16, int kVar = 0>
+__global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
+  uint16_t* sQ = reinterpret_cast<uint16_t*>(smem);
+  unsigned char* kbuf = smem + kSsTileBytes;                      // two KV buffers
+  float* sM = reinterpret_cast<float*>(smem + 3 * kSsTileBytes);  // [2 (tile parity)][64]
+  float* sL = sM + 2 * 64;                                        // [2 (segment parity)][2 (WG)][64]
+  SsBars* bars = reinterpret_cast<SsBars*>(sL + 2 * 2 * 64);
+
+  if (threadIdx.x == 0) {
+    for (int b = 0; b < 2; ++b) {
+      for (int c = 0; c < 9; ++c) MbarInit(&bars->full[b][c], 128);
+      for (int c = 0; c < 3; ++c) MbarInit(&bars->empty[b][c], 256);
+    }
+    MbarInit(&bars->q_full, 128);
+    MbarInit(&bars->q_empty, 256);
+  }
+  __syncthreads();
+
+  const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);  // warp-uniform for ptxas (wgmma in branches)
+  const int2 range = s.part[blockIdx.x];
+  const int row0 = blockIdx.y * kRowsTile;
+
+  if (wg == 2) {
+    // ---------------- producer ----------------
+    // Registers move to the consumers (ptxas allocates each region under its setmaxnreg budget):
+    // 128 x 40 + 256 x 232 <= 64K.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    const int pt = threadIdx.x - 256, hh = pt & 1;
+    int k = 0, sc = 0;
+    for (int si = range.x; si < range.y; ++si) {
+      const int4 seg = s.seg[si];
+      const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
+      if (n <= 0) continue;
+      const int len = SeqLen(p.bounds, b, p.G, p.cap);
+      if (sc >= 1) MbarWait(&bars->q_empty, (sc - 1) & 1);
+      {
+        const int r = pt >> 1, gr = row0 + r;
+        const bool valid = gr < p.GH;
+        const long long qrow = (long long)b * p.GH + gr;
+#pragma unroll 4
+        for (int i = 0; i < kChunks / 2; ++i) {
+          if constexpr (kVar & 4) break;
+          const int ch = hh + 2 * i;
+          const uint16_t* src = p.q_lat;
+          if (valid) src = ch < kDl / 8 ? p.q_lat + qrow * kDl + ch * 8 : p.q_rope + qrow * kDr + (ch - kDl / 8) * 8;
+          CpAsync16(sQ + TileOff(r, ch), src, valid);
+        }
+        if constexpr (kVar & 4) MbarArrive(&bars->q_full); else CpAsyncMbarArrive(&bars->q_full);
+      }
+      // Copy pattern: 8 threads per 128-byte block row (whole lines per warp instruction), so each thread
+      // serves 4 tokens (tg + 16 i). The page-table reads for tile j+1 are issued before tile j's copies
+      // (they would otherwise add an L2 round trip to every tile's load latency).
+      const int cq = pt & 7, tg = pt >> 3;
+      auto pages_of = [&](int j, int (&pg)[4]) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int t = (blk0 + j) * kTokTile + tg + 16 * i;
+          pg[i] = t < len ? __ldg(p.page_table + (long long)b * p.npp + t / p.P) : 0;
+        }
+      };
+      int pg_next[4];
+      pages_of(0, pg_next);
+      for (int j = 0; j < n; ++j, ++k) {
+        const int buf = k & 1, u = k >> 1;
+        uint16_t* dst = reinterpret_cast<uint16_t*>(kbuf + buf * kSsTileBytes);
+        uint32_t row[4];  // pool row (N * P < 2^31, checked on the host); ~0u = past the bound, zero-filled
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int t = (blk0 + j) * kTokTile + tg + 16 * i;
+          row[i] = t < len ? (uint32_t)min(max(pg_next[i], 0), p.N - 1) * (uint32_t)p.P + (uint32_t)(t % p.P) : ~0u;
+        }
+        if (j + 1 < n) pages_of(j + 1, pg_next);
+        // Refill order = the owner's S order: owner's V half, rope/P block, the other WG's half (freed last).
+        const int own = j & 1;
+#pragma unroll
+        for (int q = 0; q < 3; ++q) {
+          const int part = q == 0 ? own : q == 1 ? 2 : 1 - own;
+          if (u >= 1) MbarWait(&bars->empty[buf][part], (u - 1) & 1);
+          const int c0 = part * 4, c1 = part == 2 ? 9 : c0 + 4;
+#pragma unroll
+          for (int c = c0; c < c1; ++c) {
+            if constexpr (kVar & 4) {
+              MbarArrive(&bars->full[buf][c]);
+              continue;
+            }
+            const int ch = c * 8 + cq;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const bool valid = row[i] != ~0u;
+              const size_t r = valid ? row[i] : 0;
+              const uint16_t* src = ch < kDl / 8 ? p.c_lat + r * kDl + ch * 8 : p.k_rope + r * kDr + (ch - kDl / 8) * 8;
+              CpAsync16(dst + TileOff(tg + 16 * i, ch), src, valid);
+            }
+            CpAsyncMbarArrive(&bars->full[buf][c]);
+          }
+        }
+      }
+      ++sc;
+    }
+    CpAsyncWait<0>();
+    return;
+  }
+
+  // ---------------- consumers (wg 0: output columns 0..255, wg 1: 256..511) ----------------
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  const int w = wg;
+  const int wt = threadIdx.x & 127, lane = threadIdx.x & 31;
+  const int lr0 = (wt >> 5) * 16 + (lane >> 2), lr1 = lr0 + 8;
+  const uint32_t qa = SmemAddr(sQ), kb0 = SmemAddr(kbuf);
+  constexpr uint32_t lbo = kBlockBytes, sbo = 1024;
+  int kbase = 0, sc = 0;
+
+  for (int si = range.x; si < range.y; ++si) {
+    const int4 seg = s.seg[si];
+    const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
+    const int gr0 = row0 + lr0, gr1 = row0 + lr1;
+    if (n <= 0) {  // never produced by the schedule; keep the partial well defined anyway
+      float* o0 = p.o_part + ((long long)si * p.GH + gr0) * kDl + w * 256 + (lane & 3) * 2;
+      float* o1 = p.o_part + ((long long)si * p.GH + gr1) * kDl + w * 256 + (lane & 3) * 2;
+      for (int nt = 0; nt < 32; ++nt) {
+        if (gr0 < p.GH) *reinterpret_cast<float2*>(o0 + nt * 8) = make_float2(0.f, 0.f);
+        if (gr1 < p.GH) *reinterpret_cast<float2*>(o1 + nt * 8) = make_float2(0.f, 0.f);
+      }
+      if (w == 0 && (lane & 3) == 0) {
+        if (gr0 < p.GH) p.lse_part[(long long)si * p.GH + gr0] = -INFINITY;
+        if (gr1 < p.GH) p.lse_part[(long long)si * p.GH + gr1] = -INFINITY;
+      }
+      continue;
+    }
+    int bnd0 = 0, bnd1 = 0;
+    if (gr0 < p.GH) bnd0 = min(max(p.bounds[b * p.G + gr0 / p.H], 0), p.cap);
+    if (gr1 < p.GH) bnd1 = min(max(p.bounds[b * p.G + gr1 / p.H], 0), p.cap);
+    MbarWait(&bars->q_full, sc & 1);
+
+    float acc[32][4];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+    int pend_own = -1, pend_oth = -1;  // local tiles whose PV (this WG's half) may still be in flight
+
+    // After this WG's PVs completed: own tile -> its V half; other's tile -> its V half and the P block
+    // (the owner released the rest earlier).
+    auto release = [&]() {
+      if (pend_own >= 0) MbarArrive(&bars->empty[(kbase + pend_own) & 1][w]);
+      if (pend_oth >= 0) {
+        MbarArrive(&bars->empty[(kbase + pend_oth) & 1][w]);
+        MbarArrive(&bars->empty[(kbase + pend_oth) & 1][2]);
+      }
+      pend_own = pend_oth = -1;
+    };
+    // The other WG's tile i: wait for its softmax (P_i is in the tile's rope block, m_i in sM) and release
+    // the V half this WG never reads. Touches no accumulator: it may run while S_j is in flight.
+    float mo0 = -INFINITY, mo1 = -INFINITY;
+    auto other_fetch = [&](int i) {
+      NamedBarSync(1 + (i & 1), 256);
+      mo0 = sM[(i & 1) * 64 + lr0];
+      mo1 = sM[(i & 1) * 64 + lr1];
+      MbarArrive(&bars->empty[(kbase + i) & 1][1 - w]);
+    };
+    // O_half += P_i V_i with P_i from shared memory (SS): no registers held while it runs.
+    auto pv_ss = [&](int i) {
+      const uint32_t base = kb0 + ((kbase + i) & 1) * kSsTileBytes;
+      const uint32_t pa = base + 8 * kBlockBytes, va = base + w * 4 * kBlockBytes;
+#pragma unroll
+      for (int kk = 0; kk < kTokTile / 16; ++kk)
+        WgmmaPV<kBf16>(acc, Desc(pa + kk * 32, 16, 1024), Desc(va + kk * 16 * 128, lbo, sbo));
+    };
+    auto pv_rs = [&](const uint32_t (&f)[4][4], int i) {
+      const uint32_t va = kb0 + ((kbase + i) & 1) * kSsTileBytes + w * 4 * kBlockBytes;
+#pragma unroll
+      for (int kk = 0; kk < kTokTile / 16; ++kk) WgmmaPVrs<kBf16>(acc, f[kk], Desc(va + kk * 16 * 128, lbo, sbo));
+    };
+
+    // Own tile j (kOth: the other WG's tile j-1 is handled here too; every own tile but WG0's first).
+    // Order: issue S_j; wait for softmax_{j-1} while S_j runs; after S_j: rescale by alpha_{j-1}, issue
+    // PV_{j-1} (SS, P_{j-1} from smem); softmax_j while it runs; after it: rescale by alpha_j, issue PV_j
+    // (RS, P_j from registers). The other WG's S is queued while this softmax runs, and each tile's
+    // buffer is released as soon as both PVs on it are done. A compile-time flag, not a branch around
+    // wgmmas: ptxas serialises wgmmas whose accumulators meet at a control-flow merge.
+    auto own_tile = [&](int j, auto oth_tag) {
+      constexpr bool oth = decltype(oth_tag)::value;
+      const int k = kbase + j, buf = k & 1, par = (k >> 1) & 1;
+      const uint32_t base = kb0 + buf * kSsTileBytes;
+      WgWait0();
+      FenceRegs(acc);
+      release();
+      // S_j = Q K_j^T (64 x 64 tokens) block by block as copies land: own V half, rope, other half (the
+      // order the producer refills them in; the other half is released last).
+      float sc4[8][4];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sc4[i][0] = sc4[i][1] = sc4[i][2] = sc4[i][3] = 0.f;
+      FenceRegs(sc4);
+#pragma unroll
+      for (int q = 0; q < 9; ++q) {
+        const int c = q < 4 ? w * 4 + q : q == 4 ? 8 : (1 - w) * 4 + (q - 5);
+        MbarWait(&bars->full[buf][c], par);
+        if constexpr (!(kVar & 1)) FenceProxyAsync();  // cp.async (generic proxy) data -> wgmma (async proxy)
+        WgFence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const uint32_t off = c * kBlockBytes + kk * 32;
+          WgmmaS64<kBf16>(sc4, Desc(qa + off, 16, 1024), Desc(base + off, 16, 1024));
+        }
+      }
+      WgCommit();
+      if constexpr (oth) other_fetch(j - 1);  // while S_j runs: wait for softmax_{j-1}, read m_{j-1}
+      WgWait0();
+      FenceRegs(sc4);
+      if constexpr (oth) {
+        // O = O a_{j-1} + P_{j-1} V_{j-1} right away (frees the other's tile early); acc is touched only
+        // with no wgmma in flight (ptxas would serialise every wgmma otherwise).
+        const float a0 = exp2f(m0 - (mo0 == -INFINITY ? 0.f : mo0));
+        const float a1 = exp2f(m1 - (mo1 == -INFINITY ? 0.f : mo1));
+        m0 = mo0;
+        m1 = mo1;
+        l0 *= a0;
+        l1 *= a1;
+#pragma unroll
+        for (int c = 0; c < 32; ++c) {
+          acc[c][0] *= a0; acc[c][1] *= a0; acc[c][2] *= a1; acc[c][3] *= a1;
+        }
+        FenceRegs(acc);
+        WgFence();
+        pv_ss(j - 1);
+        WgCommit();
+        pend_oth = j - 1;
+      }
+      MbarArrive(&bars->empty[buf][1 - w]);  // S_j done: the V half the other WG multiplies is not read here
+
+      // Softmax of tile j (log2 units), masked by each row's own bound.
+      const int tok0 = (blk0 + j) * kTokTile + (lane & 3) * 2;
+      float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int t = tok0 + nt * 8 + e;
+          sc4[nt][e] = t < bnd0 ? sc4[nt][e] * p.scale_log2 : -INFINITY;
+          sc4[nt][2 + e] = t < bnd1 ? sc4[nt][2 + e] * p.scale_log2 : -INFINITY;
+          mx0 = fmaxf(mx0, sc4[nt][e]);
+          mx1 = fmaxf(mx1, sc4[nt][2 + e]);
+        }
+      }
+#pragma unroll
+      for (int off = 1; off <= 2; off <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+      }
+      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+      const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
+      const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
+      m0 = mn0;
+      m1 = mn1;
+      float rs0 = 0.f, rs1 = 0.f;
+      uint32_t pa[4][4];
+      uint16_t* sPj = reinterpret_cast<uint16_t*>(kbuf + buf * kSsTileBytes + 8 * kBlockBytes);
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const float p0 = exp2f(sc4[nt][0] - mu0), p1 = exp2f(sc4[nt][1] - mu0);
+        const float p2 = exp2f(sc4[nt][2] - mu1), p3 = exp2f(sc4[nt][3] - mu1);
+        rs0 += p0 + p1;
+        rs1 += p2 + p3;
+        const uint32_t v01 = Pack2<kBf16>(p0, p1), v23 = Pack2<kBf16>(p2, p3);
+        pa[nt >> 1][(nt & 1) * 2 + 0] = v01;
+        pa[nt >> 1][(nt & 1) * 2 + 1] = v23;
+        const int tok = nt * 8 + (lane & 3) * 2;
+        *reinterpret_cast<uint32_t*>(sPj + TileOff(lr0, tok >> 3) + (tok & 7)) = v01;
+        *reinterpret_cast<uint32_t*>(sPj + TileOff(lr1, tok >> 3) + (tok & 7)) = v23;
+      }
+      if ((lane & 3) == 0) {
+        sM[(j & 1) * 64 + lr0] = m0;
+        sM[(j & 1) * 64 + lr1] = m1;
+      }
+      FenceProxyAsync();                    // P_j stores (generic) -> the other WG's wgmma (async proxy)
+      NamedBarArrive(1 + (j & 1), 256);     // softmax j published (P_j, m_j)
+      MbarArrive(&bars->empty[buf][2]);     // this WG is done with the rope/P block of tile j
+      if constexpr (oth) {
+        WgWait0();  // PV_{j-1} done: its V half goes back to the producer now
+        FenceRegs(acc);
+        release();
+      }
+      l0 = l0 * al0 + rs0;
+      l1 = l1 * al1 + rs1;
+#pragma unroll
+      for (int c = 0; c < 32; ++c) {
+        acc[c][0] *= al0; acc[c][1] *= al0; acc[c][2] *= al1; acc[c][3] *= al1;
+      }
+      FenceRegs(acc);
+      WgFence();
+      pv_rs(pa, j);
+      WgCommit();
+      pend_own = j;
+    };
+    if constexpr (kVar & 2) {  // probe: the load pipeline alone
+      for (int jj = 0; jj < n; ++jj) {
+        const int k = kbase + jj;
+        for (int c = 0; c < 9; ++c) MbarWait(&bars->full[k & 1][c], (k >> 1) & 1);
+        for (int part = 0; part < 3; ++part) MbarArrive(&bars->empty[k & 1][part]);
+      }
+      NamedBarSync(3, 256);
+      MbarArrive(&bars->q_empty);
+      kbase += n;
+      ++sc;
+      continue;
+    }
+    int j = w;
+    if (w == 0) {
+      own_tile(0, std::false_type{});
+      j = 2;
+    }
+    for (; j < n; j += 2) own_tile(j, std::true_type{});
+    if (((n - 1) & 1) != w) {  // the segment's last tile belongs to the other WG
+      WgWait0();
+      FenceRegs(acc);
+      release();
+      other_fetch(n - 1);
+      const float a0 = exp2f(m0 - (mo0 == -INFINITY ? 0.f : mo0));
+      const float a1 = exp2f(m1 - (mo1 == -INFINITY ? 0.f : mo1));
+      m0 = mo0;
+      m1 = mo1;
+      l0 *= a0;
+      l1 *= a1;
+#pragma unroll
+      for (int c = 0; c < 32; ++c) {
+        acc[c][0] *= a0; acc[c][1] *= a0; acc[c][2] *= a1; acc[c][3] *= a1;
+      }
+      FenceRegs(acc);
+      WgFence();
+      pv_ss(n - 1);
+      WgCommit();
+      pend_oth = n - 1;
+    }
+    WgWait0();
+    FenceRegs(acc);
+    release();
+
+    // Row sums: 4 lanes per row, then the two WGs' sums through shared memory.
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+      l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+      l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+    }
+    float* sLs = sL + (sc & 1) * 128;
+    if ((lane & 3) == 0) {
+      sLs[w * 64 + lr0] = l0;
+      sLs[w * 64 + lr1] = l1;
+    }
+    MbarArrive(&bars->q_empty);  // every S of this segment has completed: Q may be reloaded
+    NamedBarSync(3, 256);
+    const float L0 = sLs[lr0] + sLs[64 + lr0], L1 = sLs[lr1] + sLs[64 + lr1];
+    const float inv0 = L0 > 0.f ? 1.f / L0 : 0.f, inv1 = L1 > 0.f ? 1.f / L1 : 0.f;
+    float* o0 = p.o_part + ((long long)si * p.GH + gr0) * kDl + w * 256 + (lane & 3) * 2;
+    float* o1 = p.o_part + ((long long)si * p.GH + gr1) * kDl + w * 256 + (lane & 3) * 2;
+#pragma unroll
+    for (int nt = 0; nt < 32; ++nt) {
+      if (gr0 < p.GH) *reinterpret_cast<float2*>(o0 + nt * 8) = make_float2(acc[nt][0] * inv0, acc[nt][1] * inv0);
+      if (gr1 < p.GH) *reinterpret_cast<float2*>(o1 + nt * 8) = make_float2(acc[nt][2] * inv1, acc[nt][3] * inv1);
+    }
+    if (w == 0 && (lane & 3) == 0) {
+      if (gr0 < p.GH) p.lse_part[(long long)si * p.GH + gr0] = L0 > 0.f ? (m0 + __log2f(L0)) * kLn2 : -INFINITY;
+      if (gr1 < p.GH) p.lse_part[(long long)si * p.GH + gr1] = L1 > 0.f ? (m1 + __log2f(L1)) * kLn2 : -INFINITY;
+    }
+    kbase += n;
+    ++sc;
+  }
+}
+
+}  // namespace
+}  // namespace helix_ffi
