@@ -817,13 +817,14 @@ int DequantModeFromEnv() {
   return mode;
 }
 
-// Kernel variant from HELIX_MLA_DECODE_KERNEL (mma | wgmma), read once; default wgmma.
+// Kernel variant from HELIX_MLA_DECODE_KERNEL (seesaw | wgmma | mma), read once; default seesaw (the
+// warp-specialized kernel of mla_decode_seesaw.cuh, measured faster on every benchmark shape).
 int KernelModeFromEnv() {
   static const int mode = [] {
     const char* v = std::getenv("HELIX_MLA_DECODE_KERNEL");
-    if (v == nullptr || std::strcmp(v, "wgmma") == 0) return (int)kWgmma;
+    if (v == nullptr || std::strcmp(v, "seesaw") == 0) return (int)kSeesaw;
+    if (std::strcmp(v, "wgmma") == 0) return (int)kWgmma;
     if (std::strcmp(v, "mma") == 0) return (int)kMma;
-    if (std::strcmp(v, "seesaw") == 0) return (int)kSeesaw;
     return -1;
   }();
   return mode;
@@ -859,7 +860,7 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
   }
 }
 
-// Native pages: HELIX_MLA_DECODE_KERNEL picks mma | wgmma. Quantized pages always run wgmma, in the
+// Native pages: HELIX_MLA_DECODE_KERNEL picks seesaw | wgmma | mma. Quantized pages always run wgmma, in the
 // variant HELIX_MLA_DECODE_DEQUANT picks (pipe | tile).
 template <bool kBf16, int kFmt = kFmtNative>
 ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms, uint16_t* o, float* lse,
