@@ -72,7 +72,7 @@ def appends(pages, table, slots, c, kr, *, impl, num_warps):
     """K appends in a row (unrolled): ``slots [K, B, G]``, ``c [K, B, G, 512]``, ``kr [K, B, G, 64]``."""
     for i in range(slots.shape[0]):
         if impl == "xla":
-            pages = cache.append_kv(pages, table, slots[i], c[i], kr[i])
+            pages = cache.append_kv(pages, table, slots[i], c[i], kr[i], implementation="xla")
         else:
             from helix_jax.ops.append import append_rows
             pages = append_rows(pages, table, slots[i], c[i], kr[i], num_warps=num_warps)
