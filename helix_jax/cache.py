@@ -120,7 +120,7 @@ def append_kv(pages, page_table, local_slots, c_latent_new, k_rope_new, *, imple
       c_latent_new: ``[B, G, Dl]``; k_rope_new: ``[B, G, Dr]`` (already RoPE'd at global positions).
       implementation: ``"xla"`` (jnp quantize + scatter), ``"pallas"`` (the bit-identical kernel of
         :mod:`helix_jax.ops.append`; interpret mode on CPU) or ``None``: ``"pallas"`` on a GPU backend
-        (measured 3.7-8x faster on the H200, benchmarks/results/append_2026-11-30.md), ``"xla"`` elsewhere.
+        (measured 3.9-8.7x faster on the H200, benchmarks/results/append_2026-11-30.md), ``"xla"`` elsewhere.
     Returns the pages tuple of the same type.
     """
     if implementation is None:
