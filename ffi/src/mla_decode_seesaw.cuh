@@ -6,14 +6,16 @@
 // are consumers that own the left / right 256 output columns (64 x 256 fp32 accumulators each).
 // Local tile j of a segment is "owned" by WG j%2: the owner computes S_j = Q K_j^T on a full 64-token
 // tile (m64n64 wgmma, so Q is read from shared memory once per 64 tokens), the running max m_j and
-// P_j = exp(S_j - m_j); it multiplies its own P_j from registers (RS wgmma) into its half of O and
-// leaves a bf16 copy of P_j in the tile's rope block (dead once S_j is done) plus m_j in shared memory
-// for the other WG, which applies alpha_j = exp(m_{j-1} - m_j) to its half, issues its own S_{j+1} and
-// then P_j V_j (SS wgmma) behind it. So one WG's softmax runs while the other's matrix work is queued.
-// Each buffer is released in three parts (left V half, right V half, rope/P block) as soon as both
-// WGs are done with that part, and reloaded in that order, so the next tile's S can start on its first
-// blocks early. Softmax statistics: both WGs apply every alpha_j in order; each sums the row sums of
-// the tiles it owns; L = l_0 + l_1 at the end of a segment.
+// P_j = exp(S_j - m_j); it leaves a 16-bit copy of P_j in the tile's rope block (dead once S_j is done)
+// plus m_j in shared memory for the other WG (named-barrier hand-off), then multiplies its own P_j from
+// registers (RS wgmma) into its half of O. The other WG issues its own S_{j+1}, waits for softmax_j
+// while S_{j+1} runs, and once S_{j+1} has completed applies alpha_j = exp(m_{j-1} - m_j) to its half
+// and issues P_j V_j (SS wgmma) before its own softmax_{j+1} (see own_tile). So one WG's softmax runs
+// while the other's matrix work is queued. Each buffer is released in three parts (left V half, right
+// V half, rope/P block) as soon as both WGs are done with that part; the producer refills them in the
+// owner's S order (owner's V half, rope block, the other half), so the next tile's S can start on its
+// first blocks early. Softmax statistics: both WGs apply every alpha_j in order; each sums the row sums
+// of the tiles it owns; L = l_0 + l_1 at the end of a segment.
 #pragma once
 
 namespace helix_ffi {
