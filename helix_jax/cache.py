@@ -106,6 +106,17 @@ def _quantize_rows(pages, c_latent_new, k_rope_new) -> dict:
                 k_rope=k_rope_new.astype(pages.k_rope.dtype))
 
 
+def _cuda_backend() -> bool:
+    """The default backend is an NVIDIA GPU (the Pallas append kernel's PTX does not build for ROCm)."""
+    if jax.default_backend() != "gpu":
+        return False
+    try:
+        from jax.extend import backend
+        return "rocm" not in backend.get_backend().platform_version.lower()
+    except Exception:  # pragma: no cover - unknown runtime: keep the portable jnp path
+        return False
+
+
 def append_kv(pages, page_table, local_slots, c_latent_new, k_rope_new, *, implementation=None):
     """Write new KV rows at rank-local slots (§4 step 3); slot -1 means "not mine", skipped.
 
@@ -119,12 +130,12 @@ def append_kv(pages, page_table, local_slots, c_latent_new, k_rope_new, *, imple
       local_slots: ``[B, G]`` rank-local indices (``-1`` = skip).
       c_latent_new: ``[B, G, Dl]``; k_rope_new: ``[B, G, Dr]`` (already RoPE'd at global positions).
       implementation: ``"xla"`` (jnp quantize + scatter), ``"pallas"`` (the bit-identical kernel of
-        :mod:`helix_jax.ops.append`; interpret mode on CPU) or ``None``: ``"pallas"`` on a GPU backend
+        :mod:`helix_jax.ops.append`; interpret mode on CPU) or ``None``: ``"pallas"`` on a CUDA GPU backend
         (measured 3.9-8.7x faster on the H200, benchmarks/results/append_2026-11-30.md), ``"xla"`` elsewhere.
     Returns the pages tuple of the same type.
     """
     if implementation is None:
-        implementation = "pallas" if jax.default_backend() == "gpu" else "xla"
+        implementation = "pallas" if _cuda_backend() else "xla"
     if implementation == "pallas":
         from .ops.append import append_rows
         return append_rows(pages, page_table, local_slots, c_latent_new, k_rope_new)
@@ -135,7 +146,7 @@ def append_kv(pages, page_table, local_slots, c_latent_new, k_rope_new, *, imple
     slots = jnp.asarray(local_slots, jnp.int32)
     page_idx = jnp.clip(slots // p, 0, npp - 1)
     page = jnp.take_along_axis(page_table, page_idx, axis=1)
-    ok = (slots >= 0) & (slots < npp * p)
+    ok = (slots >= 0) & (slots < npp * p) & (page >= 0)  # a negative page id would wrap in .at[]
     page = jnp.where(ok, page, n)  # out of range -> dropped by the scatter
     off = jnp.where(ok, slots % p, 0)
     rows = _quantize_rows(pages, c_latent_new, k_rope_new)

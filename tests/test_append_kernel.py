@@ -119,7 +119,7 @@ def assert_bit_equal(got, want):
         np.testing.assert_array_equal(_bits(a), _bits(b), err_msg=name)
 
 
-xla_append = jax.jit(cache.append_kv)
+xla_append = jax.jit(functools.partial(cache.append_kv, implementation="xla"))   # not the default on GPU
 pallas_append = jax.jit(functools.partial(cache.append_kv, implementation="pallas"))
 
 
@@ -134,6 +134,24 @@ def test_kernel_matches_jnp_path_bit_for_bit(fmt, row_dtype, rng):
     got = pallas_append(pages, table, slots, *rows)
     assert_bit_equal(got, want)
     check_against_oracle(fmt, pages, got, rows, table, slots)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_negative_and_out_of_pool_page_ids_are_skipped(fmt, rng):
+    """A page id < 0 or >= N writes nothing on either path (a jnp scatter would wrap -1 to page N - 1)."""
+    b, g = 2, 3
+    pages = poisoned_pages(fmt, rng)
+    table = jnp.asarray([[-1, 1, N], [2, -3, 4]], jnp.int32)
+    slots = jnp.asarray([[1, P + 2, 2 * P + 1], [P + 1, 3, -1]], jnp.int32)   # pages -1, 1, N | -3, 2, skip
+    rows = new_rows(rng, b, g, jnp.bfloat16)
+    for f in (xla_append, pallas_append):
+        got = f(pages, table, slots, *rows)
+        hit = np.zeros((N, P), bool)
+        hit[1, 2] = hit[2, 3] = True
+        for name, b0, b1 in zip(type(pages)._fields, pages, got):
+            if b0.ndim == 3:
+                np.testing.assert_array_equal(_bits(b1)[~hit], _bits(b0)[~hit], err_msg=name)
+                assert not np.array_equal(_bits(b1)[hit], _bits(b0)[hit]), name
 
 
 def test_nvfp4_rounding_ties_and_signs(rng):

@@ -869,7 +869,7 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
   const int mode = kFmt == kFmtNative ? KernelModeFromEnv() : DequantModeFromEnv();
   if (mode < 0)
     return ffi::Error::InvalidArgument(kFmt == kFmtNative ? "helix_mla_decode: HELIX_MLA_DECODE_KERNEL must be mma, wgmma or seesaw"
-                                                          : "helix_mla_decode: HELIX_MLA_DECODE_DEQUANT must be pipe or tile");
+                                                          : "helix_mla_decode: HELIX_MLA_DECODE_DEQUANT must be pipe, tile or fp8qk");
   Params p = base;
   const int mtiles = (p.GH + kRowsTile - 1) / kRowsTile;
   const int num_parts = min(max(num_sms / mtiles, 1), kMaxParts);

@@ -139,8 +139,8 @@ def _check(pools, page_table, slots, c_new, k_new):
 
 def append_rows(pages, page_table, local_slots, c_latent_new, k_rope_new, *, interpret: bool | None = None,
                 num_warps: int = 4):
-    """Pallas twin of :func:`helix_jax.cache.append_kv` (same arguments, same result bit for bit, except
-    that a page id < 0 is skipped here while the jnp path's scatter wraps it to page ``N + id``).
+    """Pallas twin of :func:`helix_jax.cache.append_kv` (same arguments, same result bit for bit; page ids
+    outside ``[0, N)`` are skipped by both).
 
     Args:
       pages: one rank's :class:`MLAPages` / :class:`FP8Pages` / :class:`NVFP4Pages` (pools ``[N, P, .]``).
