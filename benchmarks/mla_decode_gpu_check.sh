@@ -23,7 +23,8 @@ while [ $# -gt 0 ]; do
       fi
       timeout 120 $bin 2>&1 | tee "$OUT/standalone.log"
       mask=$(sed -n 's/.*variants passing: mask=\([0-9]*\).*/\1/p' "$OUT/standalone.log")
-      if (( (mask & 4) )); then export HELIX_MLA_DECODE_KERNEL=seesaw
+      if (( (mask & 12) == 12 )); then export HELIX_MLA_DECODE_KERNEL=auto
+      elif (( (mask & 4) )); then export HELIX_MLA_DECODE_KERNEL=seesaw
       elif (( (mask & 2) )); then export HELIX_MLA_DECODE_KERNEL=wgmma
       else export HELIX_MLA_DECODE_KERNEL=mma; fi
       echo "== kernel variant for the rest of this run: $HELIX_MLA_DECODE_KERNEL"

@@ -343,6 +343,28 @@ int main(int argc, char** argv) {
     }
     Free(d);
   }
+  // Small-G*H kernel (G*H <= 16): tokens as the wgmma M dimension. Bit 3 of ok_mask.
+  {
+    const std::vector<CaseDef> small_cases = {
+        {4, 1, 16, 64, {1000, 0, 77, 130}},
+        {5, 2, 5, 16, {1, 64, 3000, 129, 191}},
+    };
+    ok_mask |= 8;
+    for (size_t ci = 0; ci < small_cases.size(); ++ci) {
+      const CaseDef& cd = small_cases[ci];
+      Case c = MakeCase(cd.B, cd.G, cd.H, cd.P, cd.lens, 11 + (unsigned)ci);
+      Dev d = Upload(c, scale);
+      std::printf("small case %zu (B=%d G=%d H=%d P=%d) small:\n", ci, cd.B, cd.G, cd.H, cd.P);
+      CK(cudaMemset(d.o, 0xFF, (size_t)c.B * c.G * c.H * 512 * 2));
+      CK(cudaMemset(d.lse, 0xFF, (size_t)c.B * c.G * c.H * 4));
+      Run<kSmallGh>(d);
+      CK(cudaDeviceSynchronize());
+      const double e = Check(c, d, scale);
+      if (!(e < 2e-2)) ok_mask &= ~8;
+      std::printf("  %s\n", e < 2e-2 ? "PASS" : "FAIL");
+      Free(d);
+    }
+  }
   std::printf("variants passing: mask=%d\n", ok_mask);
   // Quantized pages: {fp8, nvfp4} x {tile, pipe}; bit 2*f + v of qmask.
   int qmask = 0;
@@ -397,6 +419,16 @@ int main(int argc, char** argv) {
                   "  loads-only %.4f ms (%.2f TB/s)  math-only %.4f ms (%.1f TFLOP/s)\n",
                   sh.B, sh.H, sh.l2 ? "L2-resident" : "HBM", a, flops / a / 1e9, bytes / a / 1e9, f, m, ld,
                   bytes * (sh.H > 64 ? 2 : 1) / ld / 1e9, mt, flops / mt / 1e9);
+      Free(d);
+    }
+  }
+  if (ok_mask & 8) {  // small-G*H kernel vs seesaw at H=16, G=1
+    for (int B : {1, 64, 128}) {
+      Dev d = UploadTiming(B, 1, 16, 64, 65536, scale);
+      const double bytes = (double)B * 65536 * 576 * 2;
+      const float a = TimeMs<kSmallGh>(d, 5), b = TimeMs<kSeesaw>(d, 5), m = TimeMs<kSmallGh>(d, 5, QParams{}, 1);
+      std::printf("small B=%d H=16 G=1: small %.4f ms (%.2f TB/s, main-only %.4f)  seesaw %.4f ms (%.2f TB/s)\n", B, a,
+                  bytes / a / 1e9, m, b, bytes / b / 1e9);
       Free(d);
     }
   }

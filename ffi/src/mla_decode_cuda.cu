@@ -199,7 +199,7 @@ __device__ __forceinline__ void WgmmaPV(float (&d)[32][4], uint64_t da, uint64_t
 // has dequantized that block of its own 32 tokens, so the dequantization of block j+1 runs while the
 // tensor cores work on block j (see mla_split_kv).
 // kWgmmaFp8Qk (FP8 pages only, opt-in): S = Q K^T on fp8 tensor cores (see mla_split_kv).
-enum KernelMode { kMma = 0, kWgmma = 1, kWgmmaPipe = 2, kWgmmaFp8Qk = 3, kSeesaw = 4 };
+enum KernelMode { kMma = 0, kWgmma = 1, kWgmmaPipe = 2, kWgmmaFp8Qk = 3, kSeesaw = 4, kSmallGh = 5 };
 // KV page formats: native 16-bit (bf16/f16, the q dtype), FP8 E4M3 per-tensor scale, NVFP4.
 enum KvFmt { kFmtNative = 0, kFmtFp8 = 1, kFmtNvfp4 = 2 };
 // Staged bytes per token of a quantized tile. nvfp4 row: [0,256) latent codes, [256,288) rope codes,
@@ -744,6 +744,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s, Q
 }  // namespace helix_ffi
 
 #include "mla_decode_seesaw.cuh"
+#include "mla_decode_small.cuh"
 
 namespace helix_ffi {
 namespace {
@@ -817,15 +818,19 @@ int DequantModeFromEnv() {
   return mode;
 }
 
-// Kernel variant from HELIX_MLA_DECODE_KERNEL (seesaw | wgmma | mma), read once; default seesaw (the
-// warp-specialized kernel of mla_decode_seesaw.cuh: 2-14 % faster than wgmma on the H200 benchmark
-// shapes with B >= 16 or H = 128; within 1.5 % (slower) at B = 1, H = 16).
+// Kernel variant from HELIX_MLA_DECODE_KERNEL, read once: auto (default) = the small-G*H kernel of
+// mla_decode_small.cuh where G*H <= 16 (B=64, H=16, G=1: 4.15 TB/s = 97.5 % of copy on the H200, vs 3.1 for
+// seesaw) and the warp-specialized seesaw kernel of mla_decode_seesaw.cuh otherwise (2-14 % faster than
+// wgmma); small (same as auto), seesaw, wgmma, mma force one.
 int KernelModeFromEnv() {
   static const int mode = [] {
     const char* v = std::getenv("HELIX_MLA_DECODE_KERNEL");
-    if (v == nullptr || std::strcmp(v, "seesaw") == 0) return (int)kSeesaw;
+    // auto (default): the small-G*H kernel where G*H <= 16, else seesaw (Launch falls back by G*H).
+    if (v == nullptr || std::strcmp(v, "auto") == 0) return (int)kSmallGh;
+    if (std::strcmp(v, "seesaw") == 0) return (int)kSeesaw;
     if (std::strcmp(v, "wgmma") == 0) return (int)kWgmma;
     if (std::strcmp(v, "mma") == 0) return (int)kMma;
+    if (std::strcmp(v, "small") == 0) return (int)kSmallGh;
     return -1;
   }();
   return mode;
@@ -841,7 +846,16 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
   cudaError_t err = cudaGetDevice(&dev);
   if (err != cudaSuccess) return err;
   const uint64_t bit = dev < 64 ? (1ull << dev) : 0;
-  if constexpr (kMode == kSeesaw) {
+  if constexpr (kMode == kSmallGh) {
+    static_assert(kFmt == kFmtNative, "the small-G*H kernel reads 16-bit pages");
+    if (bit == 0 || !(ready.load(std::memory_order_acquire) & bit)) {
+      err = cudaFuncSetAttribute(mla_small_gh<kBf16>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmSmemBytes);
+      if (err != cudaSuccess) return err;
+      ready.fetch_or(bit, std::memory_order_acq_rel);
+    }
+    mla_small_gh<kBf16><<<dim3(num_parts, mtiles), 256, kSmSmemBytes, stream>>>(p, s);
+    return cudaGetLastError();
+  } else if constexpr (kMode == kSeesaw) {
     static_assert(kFmt == kFmtNative, "the seesaw kernel reads 16-bit pages");
     if (bit == 0 || !(ready.load(std::memory_order_acquire) & bit)) {
       err = cudaFuncSetAttribute(mla_seesaw<kBf16, kVar>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSsSmemBytes);
@@ -861,14 +875,14 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
   }
 }
 
-// Native pages: HELIX_MLA_DECODE_KERNEL picks seesaw | wgmma | mma. Quantized pages always run wgmma, in the
+// Native pages: HELIX_MLA_DECODE_KERNEL picks auto (small | seesaw by G*H) | seesaw | wgmma | mma. Quantized pages always run wgmma, in the
 // variant HELIX_MLA_DECODE_DEQUANT picks (pipe | tile | fp8qk).
 template <bool kBf16, int kFmt = kFmtNative>
 ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms, uint16_t* o, float* lse,
                   const QParams& qp = QParams{}) {
   const int mode = kFmt == kFmtNative ? KernelModeFromEnv() : DequantModeFromEnv();
   if (mode < 0)
-    return ffi::Error::InvalidArgument(kFmt == kFmtNative ? "helix_mla_decode: HELIX_MLA_DECODE_KERNEL must be mma, wgmma or seesaw"
+    return ffi::Error::InvalidArgument(kFmt == kFmtNative ? "helix_mla_decode: HELIX_MLA_DECODE_KERNEL must be auto, small, seesaw, wgmma or mma"
                                                           : "helix_mla_decode: HELIX_MLA_DECODE_DEQUANT must be pipe, tile or fp8qk");
   Params p = base;
   const int mtiles = (p.GH + kRowsTile - 1) / kRowsTile;
@@ -888,7 +902,9 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
     if (mode != kWgmma) HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmmaPipe, kFmt>(p, s, num_parts, mtiles, stream, qp)));
     else HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmma, kFmt>(p, s, num_parts, mtiles, stream, qp)));
   } else if (mode == kMma) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMma>(p, s, num_parts, mtiles, stream)));
-  else if (mode == kSeesaw) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw>(p, s, num_parts, mtiles, stream)));
+  else if (mode == kSeesaw || (mode == kSmallGh && p.GH > kSmRows))
+    HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw>(p, s, num_parts, mtiles, stream)));
+  else if (mode == kSmallGh) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallGh>(p, s, num_parts, mtiles, stream)));
   else HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmma>(p, s, num_parts, mtiles, stream)));
   mla_combine<kBf16><<<(unsigned)(p.B * p.GH), 128, 0, stream>>>(p.o_part, p.lse_part, s, p.GH, o, lse);
   HELIX_CUDA_CHECK(cudaGetLastError());
