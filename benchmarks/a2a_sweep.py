@@ -30,7 +30,6 @@ import os
 import pathlib
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -430,19 +429,8 @@ def worker(spec: dict) -> int:
         """Per-device ms per ``per``: CUPTI medians by kernel class (GPU) and wall clock."""
         out = {"wall_ms": xb.wall_time(f, *args, n=spec["wall_n"], per=per)}
         if gpu:
-            from jax.experimental.mosaic.gpu.profiler import measure
-            totals, parts = [], {}
-            for _ in range(spec["reps"]):
-                _, ks = measure(f, aggregate=False)(*args)
-                ks = ks or []
-                totals.append(sum(v for _, v in ks) / cp / per)
-                rep = {}
-                for name, v in ks:
-                    rep[xb._classify(name)] = rep.get(xb._classify(name), 0.0) + v / cp / per
-                for k in set(parts) | set(rep):
-                    parts.setdefault(k, []).append(rep.get(k, 0.0))
-            out["kernel_ms"] = statistics.median(totals)
-            out["parts_ms"] = {k: statistics.median(v + [0.0] * (len(totals) - len(v))) for k, v in parts.items()}
+            out["kernel_ms"], out["parts_ms"] = xb.kernel_time(f, *args, devices=cp, reps=spec["reps"], per=per,
+                                                              per_class=True)
         return out
 
     def a2a_ms_of(tm):

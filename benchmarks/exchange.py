@@ -71,8 +71,10 @@ def _classify(name: str) -> str:
     return "other"
 
 
-def kernel_time(f, *args, devices: int, reps: int, per: int = 1):
-    """Per-device kernel ms per call / ``per`` (median over reps) and its breakdown by kernel class."""
+def kernel_time(f, *args, devices: int, reps: int, per: int = 1, per_class: bool = False):
+    """Per-device kernel ms per call / ``per`` (median over reps) and its breakdown by kernel class: the
+    breakdown of the median rep, or with ``per_class`` each class's own median over the reps (a class
+    absent from a rep counts 0 there)."""
     if not _on_gpu():
         return None, {}
     from jax.experimental.mosaic.gpu.profiler import measure
@@ -86,6 +88,9 @@ def kernel_time(f, *args, devices: int, reps: int, per: int = 1):
         for name, t in ks:
             b[_classify(name)] = b.get(_classify(name), 0.0) + t / devices / per
         parts.append(b)
+    if per_class:
+        return statistics.median(totals), {k: statistics.median([b.get(k, 0.0) for b in parts])
+                                           for k in set().union(*parts)}
     i = int(np.argsort(totals)[len(totals) // 2])
     return statistics.median(totals), parts[i]
 

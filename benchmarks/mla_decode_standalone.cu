@@ -241,6 +241,18 @@ static double Check(const Case& c, const Dev& d, float scale) {
   return (bad || !(lse_err < 2e-2)) ? 1.0 : err;
 }
 
+// Poisons the outputs (NaN), runs `run`, checks against the double reference; true on PASS.
+template <typename F>
+static bool RunChecked(const Case& c, Dev& d, float scale, F run, const char* note = "") {
+  CK(cudaMemset(d.o, 0xFF, (size_t)c.B * c.G * c.H * 512 * 2));
+  CK(cudaMemset(d.lse, 0xFF, (size_t)c.B * c.G * c.H * 4));
+  run();
+  CK(cudaDeviceSynchronize());
+  const bool ok = Check(c, d, scale) < 2e-2;
+  std::printf("  %s%s\n", ok ? "PASS" : "FAIL", note);
+  return ok;
+}
+
 __global__ void FillRandom(uint16_t* x, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     uint32_t h = (uint32_t)i * 2654435761u ^ seed;
@@ -333,13 +345,10 @@ int main(int argc, char** argv) {
     Dev d = Upload(c, scale);
     for (int mode = 0; mode < 3; ++mode) {
       std::printf("case %zu (B=%d G=%d H=%d P=%d) %s:\n", ci, cd.B, cd.G, cd.H, cd.P, names[mode]);
-      CK(cudaMemset(d.o, 0xFF, (size_t)c.B * c.G * c.H * 512 * 2));  // poison (NaN)
-      CK(cudaMemset(d.lse, 0xFF, (size_t)c.B * c.G * c.H * 4));
-      if (mode == 0) Run<kMma>(d); else if (mode == 1) Run<kWgmma>(d); else Run<kSeesaw>(d);
-      CK(cudaDeviceSynchronize());
-      const double e = Check(c, d, scale);
-      if (!(e < 2e-2)) ok_mask &= ~(1 << mode);
-      std::printf("  %s\n", e < 2e-2 ? "PASS" : "FAIL");
+      const bool ok = RunChecked(c, d, scale, [&] {
+        if (mode == 0) Run<kMma>(d); else if (mode == 1) Run<kWgmma>(d); else Run<kSeesaw>(d);
+      });
+      if (!ok) ok_mask &= ~(1 << mode);
     }
     Free(d);
   }
@@ -355,13 +364,7 @@ int main(int argc, char** argv) {
       Case c = MakeCase(cd.B, cd.G, cd.H, cd.P, cd.lens, 11 + (unsigned)ci);
       Dev d = Upload(c, scale);
       std::printf("small case %zu (B=%d G=%d H=%d P=%d) small:\n", ci, cd.B, cd.G, cd.H, cd.P);
-      CK(cudaMemset(d.o, 0xFF, (size_t)c.B * c.G * c.H * 512 * 2));
-      CK(cudaMemset(d.lse, 0xFF, (size_t)c.B * c.G * c.H * 4));
-      Run<kSmallGh>(d);
-      CK(cudaDeviceSynchronize());
-      const double e = Check(c, d, scale);
-      if (!(e < 2e-2)) ok_mask &= ~8;
-      std::printf("  %s\n", e < 2e-2 ? "PASS" : "FAIL");
+      if (!RunChecked(c, d, scale, [&] { Run<kSmallGh>(d); })) ok_mask &= ~8;
       Free(d);
     }
   }
@@ -377,14 +380,11 @@ int main(int argc, char** argv) {
     QParams qp = UploadQuant(qh);
     for (int v = 0; v < 2; ++v) {
       std::printf("%s %s:\n", fnames[f], vnames[v]);
-      CK(cudaMemset(d.o, 0xFF, (size_t)c.B * c.G * c.H * 512 * 2));
-      CK(cudaMemset(d.lse, 0xFF, (size_t)c.B * c.G * c.H * 4));
-      if (f == 0) { if (v == 0) Run<kWgmma, kFmtFp8>(d, qp); else Run<kWgmmaPipe, kFmtFp8>(d, qp); }
-      else { if (v == 0) Run<kWgmma, kFmtNvfp4>(d, qp); else Run<kWgmmaPipe, kFmtNvfp4>(d, qp); }
-      CK(cudaDeviceSynchronize());
-      const double e = Check(c, d, scale);
-      if (e < 2e-2) qmask |= 1 << (2 * f + v);
-      std::printf("  %s\n", e < 2e-2 ? "PASS" : "FAIL");
+      const bool ok = RunChecked(c, d, scale, [&] {
+        if (f == 0) { if (v == 0) Run<kWgmma, kFmtFp8>(d, qp); else Run<kWgmmaPipe, kFmtFp8>(d, qp); }
+        else { if (v == 0) Run<kWgmma, kFmtNvfp4>(d, qp); else Run<kWgmmaPipe, kFmtNvfp4>(d, qp); }
+      });
+      if (ok) qmask |= 1 << (2 * f + v);
     }
     FreeQuant(qp);
     Free(d);
@@ -397,13 +397,8 @@ int main(int argc, char** argv) {
     Dev d = Upload(c, scale);
     QParams qp = UploadQuant(qh);
     std::printf("fp8 fp8qk:\n");
-    CK(cudaMemset(d.o, 0xFF, (size_t)c.B * c.G * c.H * 512 * 2));
-    CK(cudaMemset(d.lse, 0xFF, (size_t)c.B * c.G * c.H * 4));
-    Run<kWgmmaFp8Qk, kFmtFp8>(d, qp);
-    CK(cudaDeviceSynchronize());
-    const double e = Check(c, d, scale);
-    std::printf("  %s (opt-in variant: does not gate the exit code)\n", e < 2e-2 ? "PASS" : "FAIL");
-    if (e < 2e-2) qmask |= 16;
+    if (RunChecked(c, d, scale, [&] { Run<kWgmmaFp8Qk, kFmtFp8>(d, qp); }, " (opt-in variant: does not gate the exit code)"))
+      qmask |= 16;
     FreeQuant(qp);
     Free(d);
   }

@@ -233,6 +233,14 @@ struct QParams {
   const float* kv_scale;    // [1] per-tensor orig->quant scale (fp8 scale / nvfp4 global_scale)
 };
 
+// Global address of 16-byte chunk ch (0..71: 64 latent, then 8 rope) of pool row `row` / query row `qrow`.
+__device__ __forceinline__ const uint16_t* KvChunk(const Params& p, size_t row, int ch) {
+  return ch < kDl / 8 ? p.c_lat + row * kDl + ch * 8 : p.k_rope + row * kDr + (ch - kDl / 8) * 8;
+}
+__device__ __forceinline__ const uint16_t* QChunk(const Params& p, long long qrow, int ch) {
+  return ch < kDl / 8 ? p.q_lat + qrow * kDl + ch * 8 : p.q_rope + qrow * kDr + (ch - kDl / 8) * 8;
+}
+
 // One 64-token KV tile (latent + rope, 576 wide) of sequence b into shared memory; slots >= len are
 // zero-filled without a global read. Four threads per token: one page-table read and one division per
 // thread, then 18 independent 16-byte copies (a per-chunk lookup serialised ~18 dependent loads).
@@ -246,13 +254,10 @@ __device__ __forceinline__ void LoadKv(uint16_t* sk, const Params& p, int b, int
     const int page = min(max(p.page_table[(long long)b * p.npp + t / p.P], 0), p.N - 1);
     row = (long long)page * p.P + (t % p.P);
   }
-  const uint16_t* lat = p.c_lat + row * kDl;
-  const uint16_t* rope = p.k_rope + row * kDr;
 #pragma unroll
   for (int j = 0; j < kChunks / 4; ++j) {
     const int ch = q + 4 * j;
-    const uint16_t* src = ch < kDl / 8 ? lat + ch * 8 : rope + (ch - kDl / 8) * 8;
-    CpAsync16(sk + TileOff(tok, ch), src, valid);
+    CpAsync16(sk + TileOff(tok, ch), KvChunk(p, row, ch), valid);
   }
 }
 
@@ -262,9 +267,7 @@ __device__ __forceinline__ void LoadQ(uint16_t* sq, const Params& p, int b, int 
     const int gr = row0 + r;
     const bool valid = gr < p.GH;
     const long long qrow = (long long)b * p.GH + gr;
-    const uint16_t* src = p.q_lat;
-    if (valid) src = ch < kDl / 8 ? p.q_lat + qrow * kDl + ch * 8 : p.q_rope + qrow * kDr + (ch - kDl / 8) * 8;
-    CpAsync16(sq + TileOff(r, ch), src, valid);
+    CpAsync16(sq + TileOff(r, ch), valid ? QChunk(p, qrow, ch) : p.q_lat, valid);
   }
 }
 
@@ -836,43 +839,40 @@ int KernelModeFromEnv() {
   return mode;
 }
 
-template <bool kBf16, int kMode, int kFmt = kFmtNative, int kVar = 0>
-cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtiles, cudaStream_t stream,
-                       const QParams& qp = QParams{}) {
-  // The >48 KB shared-memory opt-in is per device: set it once for each device this process launches on
-  // (a once-per-process flag left every GPU but the first failing the launch).
-  static std::atomic<uint64_t> ready{0};
+// The >48 KB shared-memory opt-in of `kernel` is per device: set it once for each device this process
+// launches on (a once-per-process flag left every GPU but the first failing the launch). `ready` holds
+// one bit per device and belongs to the kernel instantiation.
+template <typename Kernel>
+cudaError_t OptInSharedMemory(Kernel* kernel, int bytes, std::atomic<uint64_t>& ready) {
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
   if (err != cudaSuccess) return err;
   const uint64_t bit = dev < 64 ? (1ull << dev) : 0;
+  if (bit != 0 && (ready.load(std::memory_order_acquire) & bit)) return cudaSuccess;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err == cudaSuccess) ready.fetch_or(bit, std::memory_order_acq_rel);
+  return err;
+}
+
+template <bool kBf16, int kMode, int kFmt = kFmtNative, int kVar = 0>
+cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtiles, cudaStream_t stream,
+                       const QParams& qp = QParams{}) {
+  static std::atomic<uint64_t> ready{0};
+  const dim3 grid(num_parts, mtiles);
+  cudaError_t err;
   if constexpr (kMode == kSmallGh) {
     static_assert(kFmt == kFmtNative, "the small-G*H kernel reads 16-bit pages");
-    if (bit == 0 || !(ready.load(std::memory_order_acquire) & bit)) {
-      err = cudaFuncSetAttribute(mla_small_gh<kBf16>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmSmemBytes);
-      if (err != cudaSuccess) return err;
-      ready.fetch_or(bit, std::memory_order_acq_rel);
-    }
-    mla_small_gh<kBf16><<<dim3(num_parts, mtiles), 256, kSmSmemBytes, stream>>>(p, s);
-    return cudaGetLastError();
+    if ((err = OptInSharedMemory(mla_small_gh<kBf16>, kSmSmemBytes, ready)) != cudaSuccess) return err;
+    mla_small_gh<kBf16><<<grid, 256, kSmSmemBytes, stream>>>(p, s);
   } else if constexpr (kMode == kSeesaw) {
     static_assert(kFmt == kFmtNative, "the seesaw kernel reads 16-bit pages");
-    if (bit == 0 || !(ready.load(std::memory_order_acquire) & bit)) {
-      err = cudaFuncSetAttribute(mla_seesaw<kBf16, kVar>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSsSmemBytes);
-      if (err != cudaSuccess) return err;
-      ready.fetch_or(bit, std::memory_order_acq_rel);
-    }
-    mla_seesaw<kBf16, kVar><<<dim3(num_parts, mtiles), kSsThreads, kSsSmemBytes, stream>>>(p, s);
-    return cudaGetLastError();
+    if ((err = OptInSharedMemory(mla_seesaw<kBf16, kVar>, kSsSmemBytes, ready)) != cudaSuccess) return err;
+    mla_seesaw<kBf16, kVar><<<grid, kSsThreads, kSsSmemBytes, stream>>>(p, s);
   } else {
-    if (bit == 0 || !(ready.load(std::memory_order_acquire) & bit)) {
-      err = cudaFuncSetAttribute(mla_split_kv<kBf16, kMode, kFmt>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-      if (err != cudaSuccess) return err;
-      ready.fetch_or(bit, std::memory_order_acq_rel);
-    }
-    mla_split_kv<kBf16, kMode, kFmt><<<dim3(num_parts, mtiles), kThreads, kSmemBytes, stream>>>(p, s, qp);
-    return cudaGetLastError();
+    if ((err = OptInSharedMemory(mla_split_kv<kBf16, kMode, kFmt>, kSmemBytes, ready)) != cudaSuccess) return err;
+    mla_split_kv<kBf16, kMode, kFmt><<<grid, kThreads, kSmemBytes, stream>>>(p, s, qp);
   }
+  return cudaGetLastError();
 }
 
 // Native pages: HELIX_MLA_DECODE_KERNEL picks auto (small | seesaw by G*H) | seesaw | wgmma | mma. Quantized pages always run wgmma, in the

@@ -61,6 +61,36 @@ __device__ __forceinline__ void WgmmaPVrs(float (&d)[32][4], const uint32_t (&a)
   if constexpr (kBf16) Wgmma_m64n256_bf16_rs<1>(d, a, db); else Wgmma_m64n256_f16_rs<1>(d, a, db);
 }
 
+// Producer copy pattern shared with mla_decode_small.cuh: 8 threads per 128-byte block row (whole lines
+// per warp instruction), thread (tg = pt / 8, cq = pt % 8) serving tokens tg + 16 i of a 64-token tile.
+// Page ids of the tile starting at token t0 (read one tile ahead: an L2 round trip per tile otherwise).
+__device__ __forceinline__ void TilePages(const Params& p, int b, int t0, int len, int tg, int (&pg)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int t = t0 + tg + 16 * i;
+    pg[i] = t < len ? __ldg(p.page_table + (long long)b * p.npp + t / p.P) : 0;
+  }
+}
+// Pool rows of those tokens (N * P < 2^31, checked on the host); ~0u = past the bound (zero-filled).
+__device__ __forceinline__ void TileRows(const Params& p, int t0, int len, int tg, const int (&pg)[4],
+                                         uint32_t (&row)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int t = t0 + tg + 16 * i;
+    row[i] = t < len ? (uint32_t)min(max(pg[i], 0), p.N - 1) * (uint32_t)p.P + (uint32_t)(t % p.P) : ~0u;
+  }
+}
+// This thread's chunk cq of 64-column block c for its 4 tokens, into the KV tile dst (TileOff layout).
+__device__ __forceinline__ void CopyKvBlock(uint16_t* dst, const Params& p, const uint32_t (&row)[4], int tg, int cq,
+                                            int c) {
+  const int ch = c * 8 + cq;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const bool valid = row[i] != ~0u;
+    CpAsync16(dst + TileOff(tg + 16 * i, ch), KvChunk(p, valid ? row[i] : 0, ch), valid);
+  }
+}
+
 // kVar (timing probes of the standalone driver only; not correct kernels): bit 0 drops the consumer's
 // proxy fence after each block's mbarrier wait; bit 1: consumers do no math (wait for each tile, release
 // it): the load pipeline alone; bit 2: the producer copies nothing (arrives only): the math alone.
@@ -109,35 +139,19 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s) {
         for (int i = 0; i < kChunks / 2; ++i) {
           if constexpr (kVar & 4) break;
           const int ch = hh + 2 * i;
-          const uint16_t* src = p.q_lat;
-          if (valid) src = ch < kDl / 8 ? p.q_lat + qrow * kDl + ch * 8 : p.q_rope + qrow * kDr + (ch - kDl / 8) * 8;
-          CpAsync16(sQ + TileOff(r, ch), src, valid);
+          CpAsync16(sQ + TileOff(r, ch), valid ? QChunk(p, qrow, ch) : p.q_lat, valid);
         }
         if constexpr (kVar & 4) MbarArrive(&bars->q_full); else CpAsyncMbarArrive(&bars->q_full);
       }
-      // Copy pattern: 8 threads per 128-byte block row (whole lines per warp instruction), so each thread
-      // serves 4 tokens (tg + 16 i). The page-table reads for tile j+1 are issued before tile j's copies
-      // (they would otherwise add an L2 round trip to every tile's load latency).
       const int cq = pt & 7, tg = pt >> 3;
-      auto pages_of = [&](int j, int (&pg)[4]) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int t = (blk0 + j) * kTokTile + tg + 16 * i;
-          pg[i] = t < len ? __ldg(p.page_table + (long long)b * p.npp + t / p.P) : 0;
-        }
-      };
       int pg_next[4];
-      pages_of(0, pg_next);
+      TilePages(p, b, blk0 * kTokTile, len, tg, pg_next);
       for (int j = 0; j < n; ++j, ++k) {
         const int buf = k & 1, u = k >> 1;
         uint16_t* dst = reinterpret_cast<uint16_t*>(kbuf + buf * kSsTileBytes);
-        uint32_t row[4];  // pool row (N * P < 2^31, checked on the host); ~0u = past the bound, zero-filled
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int t = (blk0 + j) * kTokTile + tg + 16 * i;
-          row[i] = t < len ? (uint32_t)min(max(pg_next[i], 0), p.N - 1) * (uint32_t)p.P + (uint32_t)(t % p.P) : ~0u;
-        }
-        if (j + 1 < n) pages_of(j + 1, pg_next);
+        uint32_t row[4];
+        TileRows(p, (blk0 + j) * kTokTile, len, tg, pg_next, row);
+        if (j + 1 < n) TilePages(p, b, (blk0 + j + 1) * kTokTile, len, tg, pg_next);
         // Refill order = the owner's S order: owner's V half, rope/P block, the other WG's half (freed last).
         const int own = j & 1;
 #pragma unroll
@@ -151,14 +165,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s) {
               MbarArrive(&bars->full[buf][c]);
               continue;
             }
-            const int ch = c * 8 + cq;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              const bool valid = row[i] != ~0u;
-              const size_t r = valid ? row[i] : 0;
-              const uint16_t* src = ch < kDl / 8 ? p.c_lat + r * kDl + ch * 8 : p.k_rope + r * kDr + (ch - kDl / 8) * 8;
-              CpAsync16(dst + TileOff(tg + 16 * i, ch), src, valid);
-            }
+            CopyKvBlock(dst, p, row, tg, cq, c);
             CpAsyncMbarArrive(&bars->full[buf][c]);
           }
         }
@@ -225,13 +232,32 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s) {
       mo1 = sM[(i & 1) * 64 + lr1];
       MbarArrive(&bars->empty[(kbase + i) & 1][1 - w]);
     };
-    // O_half += P_i V_i with P_i from shared memory (SS): no registers held while it runs.
-    auto pv_ss = [&](int i) {
+    auto scale_acc = [&](float a0, float a1) {
+#pragma unroll
+      for (int c = 0; c < 32; ++c) {
+        acc[c][0] *= a0; acc[c][1] *= a0; acc[c][2] *= a1; acc[c][3] *= a1;
+      }
+    };
+    // The other WG's tile i after other_fetch(i): O_half = O_half a_i + P_i V_i with P_i from shared memory
+    // (SS: no registers held while it runs). Call with no wgmma in flight: acc is rescaled here (ptxas
+    // would serialise every wgmma otherwise).
+    auto other_pv = [&](int i) {
+      const float a0 = exp2f(m0 - (mo0 == -INFINITY ? 0.f : mo0));
+      const float a1 = exp2f(m1 - (mo1 == -INFINITY ? 0.f : mo1));
+      m0 = mo0;
+      m1 = mo1;
+      l0 *= a0;
+      l1 *= a1;
+      scale_acc(a0, a1);
       const uint32_t base = kb0 + ((kbase + i) & 1) * kSsTileBytes;
       const uint32_t pa = base + 8 * kBlockBytes, va = base + w * 4 * kBlockBytes;
+      FenceRegs(acc);
+      WgFence();
 #pragma unroll
       for (int kk = 0; kk < kTokTile / 16; ++kk)
         WgmmaPV<kBf16>(acc, Desc(pa + kk * 32, 16, 1024), Desc(va + kk * 16 * 128, lbo, sbo));
+      WgCommit();
+      pend_oth = i;
     };
     auto pv_rs = [&](const uint32_t (&f)[4][4], int i) {
       const uint32_t va = kb0 + ((kbase + i) & 1) * kSsTileBytes + w * 4 * kBlockBytes;
@@ -274,25 +300,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s) {
       if constexpr (oth) other_fetch(j - 1);  // while S_j runs: wait for softmax_{j-1}, read m_{j-1}
       WgWait0();
       FenceRegs(sc4);
-      if constexpr (oth) {
-        // O = O a_{j-1} + P_{j-1} V_{j-1} right away (frees the other's tile early); acc is touched only
-        // with no wgmma in flight (ptxas would serialise every wgmma otherwise).
-        const float a0 = exp2f(m0 - (mo0 == -INFINITY ? 0.f : mo0));
-        const float a1 = exp2f(m1 - (mo1 == -INFINITY ? 0.f : mo1));
-        m0 = mo0;
-        m1 = mo1;
-        l0 *= a0;
-        l1 *= a1;
-#pragma unroll
-        for (int c = 0; c < 32; ++c) {
-          acc[c][0] *= a0; acc[c][1] *= a0; acc[c][2] *= a1; acc[c][3] *= a1;
-        }
-        FenceRegs(acc);
-        WgFence();
-        pv_ss(j - 1);
-        WgCommit();
-        pend_oth = j - 1;
-      }
+      if constexpr (oth) other_pv(j - 1);  // right away: frees the other's tile early
       MbarArrive(&bars->empty[buf][1 - w]);  // S_j done: the V half the other WG multiplies is not read here
 
       // Softmax of tile j (log2 units), masked by each row's own bound.
@@ -349,10 +357,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s) {
       }
       l0 = l0 * al0 + rs0;
       l1 = l1 * al1 + rs1;
-#pragma unroll
-      for (int c = 0; c < 32; ++c) {
-        acc[c][0] *= al0; acc[c][1] *= al0; acc[c][2] *= al1; acc[c][3] *= al1;
-      }
+      scale_acc(al0, al1);
       FenceRegs(acc);
       WgFence();
       pv_rs(pa, j);
@@ -382,21 +387,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s) {
       FenceRegs(acc);
       release();
       other_fetch(n - 1);
-      const float a0 = exp2f(m0 - (mo0 == -INFINITY ? 0.f : mo0));
-      const float a1 = exp2f(m1 - (mo1 == -INFINITY ? 0.f : mo1));
-      m0 = mo0;
-      m1 = mo1;
-      l0 *= a0;
-      l1 *= a1;
-#pragma unroll
-      for (int c = 0; c < 32; ++c) {
-        acc[c][0] *= a0; acc[c][1] *= a0; acc[c][2] *= a1; acc[c][3] *= a1;
-      }
-      FenceRegs(acc);
-      WgFence();
-      pv_ss(n - 1);
-      WgCommit();
-      pend_oth = n - 1;
+      other_pv(n - 1);
     }
     WgWait0();
     FenceRegs(acc);

@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(256, 1) mla_small_gh(Params p, Sched s) {
   const int2 range = s.part[blockIdx.x];
 
   if (wg == 1) {
-    // ---------------- producer (as the seesaw's, whole-buffer release) ----------------
+    // ---------------- producer (the seesaw's copy pattern, whole-buffer release) ----------------
     const int pt = threadIdx.x - 128;
     const int cq = pt & 7, tg = pt >> 3;
     int k = 0, sc = 0;
@@ -66,41 +66,21 @@ __global__ void __launch_bounds__(256, 1) mla_small_gh(Params p, Sched s) {
         const int r = i / kChunks, ch = i - r * kChunks;
         const bool valid = r < p.GH;
         const long long qrow = (long long)b * p.GH + r;
-        const uint16_t* src = p.q_lat;
-        if (valid) src = ch < kDl / 8 ? p.q_lat + qrow * kDl + ch * 8 : p.q_rope + qrow * kDr + (ch - kDl / 8) * 8;
-        CpAsync16(sQ + Off16(r, ch), src, valid);
+        CpAsync16(sQ + Off16(r, ch), valid ? QChunk(p, qrow, ch) : p.q_lat, valid);
       }
       CpAsyncMbarArrive(&bars->q_full);
-      auto pages_of = [&](int j, int (&pg)[4]) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int t = (blk0 + j) * kTokTile + tg + 16 * i;
-          pg[i] = t < len ? __ldg(p.page_table + (long long)b * p.npp + t / p.P) : 0;
-        }
-      };
       int pg_next[4];
-      pages_of(0, pg_next);
+      TilePages(p, b, blk0 * kTokTile, len, tg, pg_next);
       for (int j = 0; j < n; ++j, ++k) {
         const int buf = k & 1, u = k >> 1;
         uint16_t* dst = reinterpret_cast<uint16_t*>(kbuf + buf * kSmKvBytes);
         uint32_t row[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int t = (blk0 + j) * kTokTile + tg + 16 * i;
-          row[i] = t < len ? (uint32_t)min(max(pg_next[i], 0), p.N - 1) * (uint32_t)p.P + (uint32_t)(t % p.P) : ~0u;
-        }
-        if (j + 1 < n) pages_of(j + 1, pg_next);
+        TileRows(p, (blk0 + j) * kTokTile, len, tg, pg_next, row);
+        if (j + 1 < n) TilePages(p, b, (blk0 + j + 1) * kTokTile, len, tg, pg_next);
         if (u >= 1) MbarWait(&bars->empty[buf][0], (u - 1) & 1);
 #pragma unroll
         for (int c = 0; c < 9; ++c) {
-          const int ch = c * 8 + cq;
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const bool valid = row[i] != ~0u;
-            const size_t r = valid ? row[i] : 0;
-            const uint16_t* src = ch < kDl / 8 ? p.c_lat + r * kDl + ch * 8 : p.k_rope + r * kDr + (ch - kDl / 8) * 8;
-            CpAsync16(dst + TileOff(tg + 16 * i, ch), src, valid);
-          }
+          CopyKvBlock(dst, p, row, tg, cq, c);
           CpAsyncMbarArrive(&bars->full[buf][c]);
         }
       }
