@@ -327,7 +327,9 @@ static float TimeMs(Dev& d, int iters, const QParams& qp = QParams{}, int part =
 }
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // line-buffered: a hang or timeout keeps what was printed
   const bool small = argc > 1 && std::strcmp(argv[1], "small") == 0;
+  const bool qsmall = argc > 1 && std::strcmp(argv[1], "qsmall") == 0;  // checks + quantized small-G*H timing only
   const float scale = 0.0721f;
   const char* names[3] = {"mma", "wgmma", "seesaw"};
   int ok_mask = 7;
@@ -363,8 +365,10 @@ int main(int argc, char** argv) {
       const CaseDef& cd = small_cases[ci];
       Case c = MakeCase(cd.B, cd.G, cd.H, cd.P, cd.lens, 11 + (unsigned)ci);
       Dev d = Upload(c, scale);
-      std::printf("small case %zu (B=%d G=%d H=%d P=%d) small:\n", ci, cd.B, cd.G, cd.H, cd.P);
-      if (!RunChecked(c, d, scale, [&] { Run<kSmallGh>(d); })) ok_mask &= ~8;
+      std::printf("small case %zu (B=%d G=%d H=%d P=%d) small, 1 consumer:\n", ci, cd.B, cd.G, cd.H, cd.P);
+      if (!RunChecked(c, d, scale, [&] { Run<kSmallGh, kFmtNative, 16>(d); })) ok_mask &= ~8;
+      std::printf("small case %zu (B=%d G=%d H=%d P=%d) small, 2 consumers:\n", ci, cd.B, cd.G, cd.H, cd.P);
+      if (!RunChecked(c, d, scale, [&] { Run<kSmallGh, kFmtNative, 32>(d); })) ok_mask &= ~8;
       Free(d);
     }
   }
@@ -390,6 +394,34 @@ int main(int argc, char** argv) {
     Free(d);
   }
   std::printf("quantized pages passing: qmask=%d (15 = fp8, nvfp4 x tile, pipe)\n", qmask);
+  {  // quantized pages through the small-G*H kernel (producer dequantization): bits 32 (fp8), 64 (nvfp4)
+    const std::vector<CaseDef> small_cases = {
+        {4, 1, 16, 64, {1000, 0, 77, 130}},
+        {5, 2, 5, 16, {1, 64, 3000, 129, 191}},
+    };
+    for (int f = 0; f < 2; ++f) {
+      bool all = true;
+      for (size_t ci = 0; ci < small_cases.size(); ++ci) {
+        const CaseDef& cd = small_cases[ci];
+        Case c = MakeCase(cd.B, cd.G, cd.H, cd.P, cd.lens, 21 + (unsigned)ci);
+        QHost qh = MakeQuant(c, f == 0 ? kFmtFp8 : kFmtNvfp4, 17 + f);
+        Dev d = Upload(c, scale);
+        QParams qp = UploadQuant(qh);
+        std::printf("%s small case %zu (B=%d G=%d H=%d P=%d), 1 consumer:\n", fnames[f], ci, cd.B, cd.G, cd.H, cd.P);
+        all &= RunChecked(c, d, scale, [&] {
+          if (f == 0) Run<kSmallGh, kFmtFp8, 16>(d, qp); else Run<kSmallGh, kFmtNvfp4, 16>(d, qp);
+        });
+        std::printf("%s small case %zu (B=%d G=%d H=%d P=%d), 2 consumers:\n", fnames[f], ci, cd.B, cd.G, cd.H, cd.P);
+        all &= RunChecked(c, d, scale, [&] {
+          if (f == 0) Run<kSmallGh, kFmtFp8, 32>(d, qp); else Run<kSmallGh, kFmtNvfp4, 32>(d, qp);
+        });
+        FreeQuant(qp);
+        Free(d);
+      }
+      if (all) qmask |= 32 << f;
+    }
+    std::printf("quantized small-G*H passing: %s fp8, %s nvfp4\n", (qmask & 32) ? "yes" : "NO", (qmask & 64) ? "yes" : "NO");
+  }
   {  // fp8 QK variant (opt-in): reference with the queries' per-row fp8 round trip
     Case c = MakeCase(4, 2, 40, 64, {1000, 0, 77, 130}, 2);
     QHost qh = MakeQuant(c, kFmtFp8, 7);
@@ -402,7 +434,47 @@ int main(int argc, char** argv) {
     FreeQuant(qp);
     Free(d);
   }
-  if (small) return ((ok_mask & 2) && (qmask & 15) == 15) ? 0 : 1;
+  if (small) return ((ok_mask & 2) && (qmask & 15) == 15 && (qmask & 96) == 96) ? 0 : 1;
+  if ((ok_mask & 8) && (qmask & 96) == 96) {  // small-G*H, 1 vs 2 consumers, bf16 / fp8 / nvfp4 at H=16, G=1
+    for (int B : {1, 64, 128}) {
+      Dev d = UploadTiming(B, 1, 16, 64, 65536, scale);
+      const double tok = (double)B * 65536;
+      const float b1 = TimeMs<kSmallGh, kFmtNative, 16>(d, 10), b2 = TimeMs<kSmallGh, kFmtNative, 32>(d, 10);
+      std::printf("qsmall B=%d G=1 H=16: bf16 1c %.4f ms (%.2f TB/s) 2c %.4f ms (%.2f TB/s)\n", B, b1, tok * 1152 / b1 / 1e9,
+                  b2, tok * 1152 / b2 / 1e9);
+      const float bf = std::min(b1, b2);
+      for (int f = 0; f < 2; ++f) {
+        QParams qp = QuantTiming(d, f == 0 ? kFmtFp8 : kFmtNvfp4);
+        const int bpt = f == 0 ? 576 : 324;
+        float t[2][3];  // [consumers][whole, producer-only, no-loads]
+        if (f == 0) {
+          t[0][0] = TimeMs<kSmallGh, kFmtFp8, 16>(d, 10, qp); t[0][1] = TimeMs<kSmallGh, kFmtFp8, 16 | 2>(d, 10, qp, 1);
+          t[0][2] = TimeMs<kSmallGh, kFmtFp8, 16 | 4>(d, 10, qp, 1);
+          t[1][0] = TimeMs<kSmallGh, kFmtFp8, 32>(d, 10, qp); t[1][1] = TimeMs<kSmallGh, kFmtFp8, 32 | 2>(d, 10, qp, 1);
+          t[1][2] = TimeMs<kSmallGh, kFmtFp8, 32 | 4>(d, 10, qp, 1);
+        } else {
+          t[0][0] = TimeMs<kSmallGh, kFmtNvfp4, 16>(d, 10, qp); t[0][1] = TimeMs<kSmallGh, kFmtNvfp4, 16 | 2>(d, 10, qp, 1);
+          t[0][2] = TimeMs<kSmallGh, kFmtNvfp4, 16 | 4>(d, 10, qp, 1);
+          t[1][0] = TimeMs<kSmallGh, kFmtNvfp4, 32>(d, 10, qp); t[1][1] = TimeMs<kSmallGh, kFmtNvfp4, 32 | 2>(d, 10, qp, 1);
+          t[1][2] = TimeMs<kSmallGh, kFmtNvfp4, 32 | 4>(d, 10, qp, 1);
+        }
+        for (int c = 0; c < 2; ++c)
+          std::printf("qsmall B=%d G=1 H=16 %s %dc: %.4f ms = %.2fx best bf16 (%.2f TB/s; producer-only %.4f, no-loads %.4f)\n",
+                      B, fnames[f], c + 1, t[c][0], bf / t[c][0], tok * bpt / t[c][0] / 1e9, t[c][1], t[c][2]);
+        if (f == 1) {
+          const float o1 = TimeMs<kSmallGh, kFmtNvfp4, 16 | 8>(d, 10, qp), o2 = TimeMs<kSmallGh, kFmtNvfp4, 32 | 8>(d, 10, qp);
+          std::printf("qsmall B=%d G=1 H=16 nvfp4 two tiles in flight: 1c %.4f ms = %.2fx, 2c %.4f ms = %.2fx\n", B, o1, bf / o1,
+                      o2, bf / o2);
+        } else {
+          const float c1 = TimeMs<kSmallGh, kFmtFp8, 16 | 5>(d, 10, qp, 1), c2 = TimeMs<kSmallGh, kFmtFp8, 32 | 5>(d, 10, qp, 1);
+          std::printf("qsmall B=%d G=1 H=16 consumers' math alone (f16): 1c %.4f ms, 2c %.4f ms\n", B, c1, c2);
+        }
+        FreeQuant(qp);
+      }
+      Free(d);
+    }
+  }
+  if (qsmall) return ((ok_mask & 2) && (qmask & 15) == 15 && (qmask & 96) == 96) ? 0 : 1;
   {  // seesaw probes: HBM vs L2-resident tables, proxy fence on/off, main kernel alone at B=1
     struct P { int B, G, H; bool l2; };
     for (P sh : {P{64, 1, 128, false}, P{64, 1, 128, true}, P{64, 1, 16, false}, P{64, 1, 16, true}, P{1, 1, 128, false}}) {

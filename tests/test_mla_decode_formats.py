@@ -218,6 +218,9 @@ GPU_CASES = [
     (3, 1, 128, 64, [65536, 70, 1]),
     (8, 4, 16, 16, [1000, 64, 63, 65, 4097, 17, 0, 2222]),
     (16, 1, 128, 64, [257] * 15 + [8192]),
+    # G*H <= 16: the CUDA small-G*H kernel with producer-side dequantization
+    (4, 1, 16, 64, [65536, 70, 1, 3000]),
+    (5, 2, 5, 16, [1000, 64, 0, 65, 4097]),
 ]
 
 
@@ -241,14 +244,15 @@ def test_gpu_formats(fmt, implementation, B, G, H, P, lens, rng):
 @pytest.mark.gpu
 @pytest.mark.parametrize("implementation", ["ffi", "pallas"])
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_gpu_r2_examples(fmt, implementation, rng):
+@pytest.mark.parametrize("H", [16, 4])  # G*H = 64 (split-KV kernel) and 16 (small-G*H kernel)
+def test_gpu_r2_examples(fmt, implementation, H, rng):
     """R2 on the GPU kernels: page size 16 (the CUDA kernel's minimum), examples A/B bounds."""
     if jax.default_backend() != "gpu":
         pytest.fail("the gpu-marked tests need a GPU backend")
     for r in (0, 1):
         bounds = np.asarray(R2_BOUNDS[r], np.int32)
         implicit = np.maximum(bounds[:, -1:] - 3 + np.arange(4), 0).astype(np.int32)
-        case = make_case(fmt, rng, bounds=bounds, H=16, P=16, npp=1, qdtype=jnp.bfloat16)
+        case = make_case(fmt, rng, bounds=bounds, H=H, P=16, npp=1, qdtype=jnp.bfloat16)
         outs = {}
         for name, bd in (("true", bounds), ("implicit", implicit)):
             c = dict(case, bounds=jnp.asarray(bd))

@@ -806,14 +806,17 @@ WsLayout Layout(long long B, long long GH) {
   return l;
 }
 
-// Quantized-page variant from HELIX_MLA_DECODE_DEQUANT (pipe | tile), read once; default pipe.
+// Quantized-page variant from HELIX_MLA_DECODE_DEQUANT (auto | small | pipe | tile | fp8qk), read once:
+//   auto (default): the small-G*H kernel with producer-side dequantization where G*H <= 16, else pipe;
+//   small: same as auto;
 //   tile: all threads dequantize the whole staged tile, barrier, then S (simple, one more barrier);
 //   pipe: per-warpgroup dequant of 64-column blocks interleaved with the S wgmmas;
 //   fp8qk (fp8 pages only; nvfp4 runs pipe): S on fp8 tensor cores with Q quantized per row in the kernel.
 int DequantModeFromEnv() {
   static const int mode = [] {
     const char* v = std::getenv("HELIX_MLA_DECODE_DEQUANT");
-    if (v == nullptr || std::strcmp(v, "pipe") == 0) return (int)kWgmmaPipe;
+    if (v == nullptr || std::strcmp(v, "auto") == 0 || std::strcmp(v, "small") == 0) return (int)kSmallGh;
+    if (std::strcmp(v, "pipe") == 0) return (int)kWgmmaPipe;
     if (std::strcmp(v, "tile") == 0) return (int)kWgmma;
     if (std::strcmp(v, "fp8qk") == 0) return (int)kWgmmaFp8Qk;
     return -1;
@@ -861,9 +864,11 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
   const dim3 grid(num_parts, mtiles);
   cudaError_t err;
   if constexpr (kMode == kSmallGh) {
-    static_assert(kFmt == kFmtNative, "the small-G*H kernel reads 16-bit pages");
-    if ((err = OptInSharedMemory(mla_small_gh<kBf16>, kSmSmemBytes, ready)) != cudaSuccess) return err;
-    mla_small_gh<kBf16><<<grid, 256, kSmSmemBytes, stream>>>(p, s);
+    // kVar bits 16 / 32 (standalone driver) force one / two consumer warpgroups; default SmConsumers.
+    constexpr int kNc = (kVar & 16) ? 1 : (kVar & 32) ? 2 : SmConsumers(kFmt);
+    constexpr int kV = kVar & 15;
+    if ((err = OptInSharedMemory(mla_small_gh<kBf16, kFmt, kNc, kV>, kSmSmemBytes, ready)) != cudaSuccess) return err;
+    mla_small_gh<kBf16, kFmt, kNc, kV><<<grid, 128 * (kNc + 1), kSmSmemBytes, stream>>>(p, s, qp);
   } else if constexpr (kMode == kSeesaw) {
     static_assert(kFmt == kFmtNative, "the seesaw kernel reads 16-bit pages");
     if ((err = OptInSharedMemory(mla_seesaw<kBf16, kVar>, kSsSmemBytes, ready)) != cudaSuccess) return err;
@@ -875,15 +880,15 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
   return cudaGetLastError();
 }
 
-// Native pages: HELIX_MLA_DECODE_KERNEL picks auto (small | seesaw by G*H) | seesaw | wgmma | mma. Quantized pages always run wgmma, in the
-// variant HELIX_MLA_DECODE_DEQUANT picks (pipe | tile | fp8qk).
+// Native pages: HELIX_MLA_DECODE_KERNEL picks auto (small | seesaw by G*H) | seesaw | wgmma | mma. Quantized pages:
+// HELIX_MLA_DECODE_DEQUANT picks auto (small-G*H with producer dequantization | pipe by G*H) | pipe | tile | fp8qk.
 template <bool kBf16, int kFmt = kFmtNative>
 ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms, uint16_t* o, float* lse,
                   const QParams& qp = QParams{}) {
   const int mode = kFmt == kFmtNative ? KernelModeFromEnv() : DequantModeFromEnv();
   if (mode < 0)
     return ffi::Error::InvalidArgument(kFmt == kFmtNative ? "helix_mla_decode: HELIX_MLA_DECODE_KERNEL must be auto, small, seesaw, wgmma or mma"
-                                                          : "helix_mla_decode: HELIX_MLA_DECODE_DEQUANT must be pipe, tile or fp8qk");
+                                                          : "helix_mla_decode: HELIX_MLA_DECODE_DEQUANT must be auto, small, pipe, tile or fp8qk");
   Params p = base;
   const int mtiles = (p.GH + kRowsTile - 1) / kRowsTile;
   const int num_parts = min(max(num_sms / mtiles, 1), kMaxParts);
@@ -894,11 +899,13 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
 
   mla_schedule<<<1, 1, 0, stream>>>(p.bounds, p.B, p.G, p.cap, num_parts, s);
   HELIX_CUDA_CHECK(cudaGetLastError());
-  if constexpr (kFmt == kFmtFp8) {
+  if (kFmt != kFmtNative && mode == kSmallGh && p.GH <= kSmRows) {
+    HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallGh, kFmt>(p, s, num_parts, mtiles, stream, qp)));
+  } else if constexpr (kFmt == kFmtFp8) {
     if (mode == kWgmmaFp8Qk) HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmmaFp8Qk, kFmt>(p, s, num_parts, mtiles, stream, qp)));
-    else if (mode == kWgmmaPipe) HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmmaPipe, kFmt>(p, s, num_parts, mtiles, stream, qp)));
+    else if (mode == kWgmmaPipe || mode == kSmallGh) HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmmaPipe, kFmt>(p, s, num_parts, mtiles, stream, qp)));
     else HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmma, kFmt>(p, s, num_parts, mtiles, stream, qp)));
-  } else if constexpr (kFmt != kFmtNative) {  // nvfp4: fp8qk is not available, runs pipe
+  } else if constexpr (kFmt != kFmtNative) {  // nvfp4: fp8qk is not available, runs pipe (so do small/auto past 16 rows)
     if (mode != kWgmma) HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmmaPipe, kFmt>(p, s, num_parts, mtiles, stream, qp)));
     else HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmma, kFmt>(p, s, num_parts, mtiles, stream, qp)));
   } else if (mode == kMma) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMma>(p, s, num_parts, mtiles, stream)));

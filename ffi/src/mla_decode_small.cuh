@@ -8,15 +8,32 @@
 // One consumer warpgroup walks the tiles in order (one tile in math while the next loads), the softmax is
 // per column (query row): max / sum over the 64 tokens through a warp shuffle and a 4-warp exchange.
 // The producer warpgroup is the seesaw's (cp.async, per-block full barriers); a buffer is released whole.
+//
+// Quantized pages (kFmt = fp8 / nvfp4; the default where G*H <= 16): the producer dequantizes. Each
+// producer thread keeps the raw bytes of its 2 tokens x 9 units (fp8: 16 codes; nvfp4: 8 code bytes + a
+// block scale) for the next one (fp8) or two (nvfp4) tiles in registers: plain global loads issued ahead,
+// page ids read a tile before that, so about a tile of bytes is always in flight. It converts a tile to
+// exact f16 code values (E4M3: one cvt per pair; E2M1: byte-permute lookup times the block scale) into
+// the same 64-token KV buffer the bf16 kernel uses, and arrives on each 64-column block's barrier as soon as
+// its part of that block is written. The math runs in f16 (E2M1 * scale and E4M3 are exact in f16; bf16
+// would need two more conversions per pair): the producer rewrites each segment's Q tile as f16 with a
+// power-of-two scale per row, folded with the per-tensor KV scale into the logit factor; the output takes
+// 1 / kv_scale. KV bytes per tile: fp8 36 KB, nvfp4 20 KB, against 72 KB of bf16.
 #pragma once
 
 namespace helix_ffi {
 namespace {
 
 constexpr int kSmRows = 16;
+// Consumer warpgroups of the default build (see mla_small_gh), measured on the H200 at H=16, G=1, L=64K:
+// 16-bit pages 2 (B=64: 1.09 ms vs 1.15 with one); quantized pages 1 (fp8 1.21 ms vs 1.32: there the
+// producer's dequantization sets the pace and a second consumer only takes issue slots from it).
+__host__ __device__ constexpr int SmConsumers(int fmt) { return fmt == kFmtNative ? 2 : 1; }
 constexpr int kSmQBytes = kSmRows * kD * 2;   // 18432: 9 blocks of [16 rows x 128 B]
 constexpr int kSmKvBytes = kTileElems * 2;    // 73728 per 64-token tile
-constexpr int kSmSmemBytes = kSmQBytes + 2 * kSmKvBytes + kSmRows * 64 * 2 + 4 * 16 * 4 * 2 + 64 * 8 + 1024;
+// Q, two KV tiles, P^T x 2, softmax exchange x 2, Q row factors, the two-consumer merge area, barriers.
+constexpr int kSmSmemBytes = kSmQBytes + 2 * kSmKvBytes + 2 * kSmRows * 64 * 2 + 2 * 2 * 4 * 16 * 4 + kSmRows * 4 +
+                             72 * 128 * 4 + 64 * 8 + 1024;
 
 // Q (16 rows) and P^T (16 rows x 64 tokens): 128-byte-swizzle K-major blocks of [16 rows x 64 elements].
 __device__ __forceinline__ int Off16(int row, int ch) {
@@ -28,15 +45,188 @@ __device__ __forceinline__ void Wgmma16(float (&d)[2][4], uint64_t da, uint64_t 
   if constexpr (kBf16) Wgmma_m64n16_bf16<kTA, kTB>(d, da, db); else Wgmma_m64n16_f16<kTA, kTB>(d, da, db);
 }
 
+// Raw bytes of one producer thread's units of one quantized tile: tokens tok and tok + 32, units q + 4j.
+template <int kFmt>
+struct SmRaw;
+template <>
+struct SmRaw<kFmtFp8> { uint4 u[2][9]; };
+template <>
+struct SmRaw<kFmtNvfp4> { uint2 u[2][9]; uint32_t sf[2][9]; };
+
+// Walks the tiles of a CTA's segments in order, skipping segments without tiles; global reads only
+// when it enters a segment (a per-tile read would put two L2 round trips on the producer's path).
+struct SmCursor {
+  int si, end, j, n, b, blk0, len;
+  __device__ __forceinline__ void Settle(const Params& p, const Sched& s) {  // j == 0
+    for (; si < end; ++si) {
+      const int4 seg = s.seg[si];
+      b = seg.x; blk0 = seg.y; n = seg.z - seg.y;
+      if (n > 0) { len = SeqLen(p.bounds, b, p.G, p.cap); return; }
+    }
+  }
+  __device__ __forceinline__ bool valid() const { return si < end; }
+  __device__ __forceinline__ int t0() const { return (blk0 + j) * kTokTile; }
+  __device__ __forceinline__ void Next(const Params& p, const Sched& s) {
+    if (++j >= n) { j = 0; ++si; Settle(p, s); }
+  }
+};
+
+// Page ids of this thread's two tokens of the cursor's tile (read a tile before its bytes are loaded).
+__device__ __forceinline__ void SmTilePages(int (&pg)[2], const Params& p, const SmCursor& c, int tok) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int t = c.t0() + tok + 32 * h;
+    pg[h] = t < c.len ? __ldg(p.page_table + (long long)c.b * p.npp + t / p.P) : 0;
+  }
+}
+
+// Pool rows of this thread's two tokens of the cursor's tile; valid[h] = false past the bound (zeros, no read).
+__device__ __forceinline__ void SmTileRows(size_t (&row)[2], bool (&valid)[2], const Params& p, const SmCursor& c,
+                                           const int (&pg)[2], int tok) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int t = c.t0() + tok + 32 * h;
+    valid[h] = t < c.len;
+    row[h] = valid[h] ? (size_t)min(max(pg[h], 0), p.N - 1) * p.P + t % p.P : 0;
+  }
+}
+
+// Raw bytes of unit j (u = q + 4j: 16 values, 0..31 latent, 32..35 rope) of both tokens.
+template <int kFmt>
+__device__ __forceinline__ void SmLoadUnit(SmRaw<kFmt>& r, const QParams& qp, const size_t (&row)[2],
+                                           const bool (&valid)[2], int q, int j) {
+  const int u = q + 4 * j;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if constexpr (kFmt == kFmtFp8) {
+      const uint8_t* src = j < 8 ? qp.kv_lat8 + row[h] * kDl + u * 16 : qp.kv_rope8 + row[h] * kDr + (u - 32) * 16;
+      r.u[h][j] = valid[h] ? __ldg(reinterpret_cast<const uint4*>(src)) : make_uint4(0, 0, 0, 0);
+    } else {
+      const uint8_t* src = j < 8 ? qp.kv_lat8 + row[h] * (kDl / 2) + u * 8 : qp.kv_rope8 + row[h] * (kDr / 2) + (u - 32) * 8;
+      const uint8_t* sf = j < 8 ? qp.lat_sf + row[h] * (kDl / 16) + u : qp.rope_sf + row[h] * (kDr / 16) + (u - 32);
+      r.u[h][j] = valid[h] ? __ldg(reinterpret_cast<const uint2*>(src)) : make_uint2(0, 0);
+      r.sf[h][j] = valid[h] ? (uint32_t)__ldg(sf) : 0u;
+    }
+  }
+}
+
+__device__ __forceinline__ uint32_t Prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+__device__ __forceinline__ uint32_t MulF16x2(uint32_t a, uint32_t b) {  // no .ftz: f16 subnormals kept
+  uint32_t d;
+  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ uint32_t E4m3x2ToF16x2(uint32_t v16) {
+  uint32_t h;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"((unsigned short)(v16 & 0xFFFF)));
+  return h;
+}
+
+// Four E2M1 codes (low 16 bits of w; code i in nibble i) -> two f16x2 words, exact. E2M1 magnitudes as f16
+// have a zero low byte, so one byte permute looks the four high bytes up (prmt, 3-bit magnitude as selector);
+// a second permute with the whole nibble as selector (bit 3 = "replicate the byte's sign" mode) on 0x80
+// bytes gives 0xFF for negative codes, 0x80 otherwise, i.e. the sign bit after a shift.
+__device__ __forceinline__ void E2m1x4ToF16(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  const uint32_t mag = Prmt(0x3E3C3800u, 0x46444240u, w & 0x7777u);
+  const uint32_t neg = Prmt(0x80808080u, 0x80808080u, w & 0xFFFFu);
+  const uint32_t h4 = mag | ((neg << 1) & 0x80808080u);
+  lo = Prmt(h4, 0u, 0x1404u);
+  hi = Prmt(h4, 0u, 0x3424u);
+}
+
+// Unit j of both tokens -> the f16 tile (element chunks 2u, 2u+1 of each token, u = q + 4j: block j).
+// Values are exact: E4M3 -> f16; E2M1 * E4M3 block scale has <= 6 significant bits in [2^-10, 2688].
+template <int kFmt>
+__device__ __forceinline__ void SmConvertUnit(uint16_t* dst, const SmRaw<kFmt>& r, int tok, int q, int j) {
+  const int u = q + 4 * j;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    uint32_t out[8];
+    if constexpr (kFmt == kFmtFp8) {
+      const uint4 raw = r.u[h][j];
+      out[0] = E4m3x2ToF16x2(raw.x); out[1] = E4m3x2ToF16x2(raw.x >> 16);
+      out[2] = E4m3x2ToF16x2(raw.y); out[3] = E4m3x2ToF16x2(raw.y >> 16);
+      out[4] = E4m3x2ToF16x2(raw.z); out[5] = E4m3x2ToF16x2(raw.z >> 16);
+      out[6] = E4m3x2ToF16x2(raw.w); out[7] = E4m3x2ToF16x2(raw.w >> 16);
+    } else {
+      const uint2 raw = r.u[h][j];
+      const uint32_t sf2 = E4m3x2ToF16x2(r.sf[h][j] * 0x101u);  // the block scale in both halves
+      E2m1x4ToF16(raw.x, out[0], out[1]);
+      E2m1x4ToF16(raw.x >> 16, out[2], out[3]);
+      E2m1x4ToF16(raw.y, out[4], out[5]);
+      E2m1x4ToF16(raw.y >> 16, out[6], out[7]);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) out[k] = MulF16x2(out[k], sf2);
+    }
+    const int t = tok + 32 * h;
+    StShared16(dst + TileOff(t, 2 * u), out[0], out[1], out[2], out[3]);
+    StShared16(dst + TileOff(t, 2 * u + 1), out[4], out[5], out[6], out[7]);
+  }
+}
+
+// Quantized pages run the math in f16: the 16-row Q tile (loaded in the q dtype) is rewritten in place as
+// f16 with a power-of-two row scale 2^k (row max in [2^14, 2^15): exact for every element above 2^-24 of
+// the max) and qs[r] = 2^-k multiplies row r's logits. 8 producer threads per row.
 template <bool kBf16>
-__global__ void __launch_bounds__(256, 1) mla_small_gh(Params p, Sched s) {
+__device__ __forceinline__ void SmQToF16(uint16_t* sQ, float* qs, int pt) {
+  const int r = pt >> 3, part = pt & 7;
+  auto val = [](uint16_t h) {
+    if constexpr (kBf16) return __uint_as_float((uint32_t)h << 16);
+    else return __half2float(__ushort_as_half(h));
+  };
+  float amax = 0.f;
+#pragma unroll
+  for (int i = 0; i < 9; ++i) {
+    const uint4 v = *reinterpret_cast<const uint4*>(sQ + Off16(r, part + 8 * i));
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) amax = fmaxf(amax, fmaxf(fabsf(val(w[k] & 0xFFFF)), fabsf(val(w[k] >> 16))));
+  }
+#pragma unroll
+  for (int off = 1; off < 8; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  int e = 0;
+  if (amax > 0.f) frexpf(amax, &e);            // amax = m 2^e, m in [0.5, 1)
+  const int k = amax > 0.f ? min(15 - e, 120) : 0;
+  const float sc = ldexpf(1.f, k);
+  if (part == 0) qs[r] = ldexpf(1.f, -k);
+#pragma unroll
+  for (int i = 0; i < 9; ++i) {
+    uint16_t* ptr = sQ + Off16(r, part + 8 * i);
+    const uint4 v = *reinterpret_cast<const uint4*>(ptr);
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    uint32_t o[4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) o[kk] = Pack2<false>(val(w[kk] & 0xFFFF) * sc, val(w[kk] >> 16) * sc);
+    StShared16(ptr, o[0], o[1], o[2], o[3]);
+  }
+}
+
+// kNc consumer warpgroups (1 or 2; the producer is warpgroup kNc). With two, consumer w takes the tiles
+// k with k % 2 == w (so buffer w), each keeps its own (m, l, O^T) and the two merge exactly at the end of a
+// segment through shared memory: one consumer's softmax and barriers overlap the other's tensor work (a
+// single consumer leaves the tensor cores idle during its softmax).
+// kVar (timing probes of the standalone driver only; not correct kernels): bit 0 (quantized pages, with
+// bit 2): the producer neither loads nor converts: the consumers' math alone; bit 1: the consumer does no
+// math (waits for each tile, releases it): the producer alone; bit 2 (quantized pages): the producer
+// issues no global loads (converts whatever its registers hold): dequantization + math alone; bit 3: two
+// tiles of raw bytes in flight instead of one.
+template <bool kBf16, int kFmt = kFmtNative, int kNc = 1, int kVar = 0>
+__global__ void __launch_bounds__(128 * (kNc + 1), 1) mla_small_gh(Params p, Sched s, QParams qp) {
+  static_assert(kNc == 1 || kNc == 2, "one or two consumer warpgroups");
+  constexpr bool kMathBf16 = kFmt == kFmtNative ? kBf16 : false;  // quantized pages: f16 tiles and Q
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem);
   unsigned char* kbuf = smem + kSmQBytes;
-  uint16_t* sPT = reinterpret_cast<uint16_t*>(smem + kSmQBytes + 2 * kSmKvBytes);
-  float* sRed = reinterpret_cast<float*>(smem + kSmQBytes + 2 * kSmKvBytes + kSmRows * 64 * 2);  // [2][4 warps][16]
-  SsBars* bars = reinterpret_cast<SsBars*>(sRed + 2 * 4 * 16);
+  uint16_t* sPT = reinterpret_cast<uint16_t*>(smem + kSmQBytes + 2 * kSmKvBytes);  // [kNc][16 x 64]
+  float* sRed = reinterpret_cast<float*>(sPT + 2 * kSmRows * 64);                 // [kNc][2][4 warps][16]
+  float* sQs = sRed + 2 * 2 * 4 * 16;  // [16] quantized pages: per-row logit factor of the f16 Q (SmQToF16)
+  float* sMerge = sQs + kSmRows;       // kNc == 2: [72][128] consumer 1's O^T, m, L (thread-linear)
+  SsBars* bars = reinterpret_cast<SsBars*>(sMerge + (kNc == 2 ? 72 * 128 : 0));
 
   if (threadIdx.x == 0) {
     for (int b = 0; b < 2; ++b) {
@@ -44,16 +234,104 @@ __global__ void __launch_bounds__(256, 1) mla_small_gh(Params p, Sched s) {
       MbarInit(&bars->empty[b][0], 128);
     }
     MbarInit(&bars->q_full, 128);
-    MbarInit(&bars->q_empty, 128);
+    MbarInit(&bars->q_empty, 128 * kNc);
   }
   __syncthreads();
 
   const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
   const int2 range = s.part[blockIdx.x];
 
-  if (wg == 1) {
+  if (wg == kNc && kFmt != kFmtNative) {
+    // ---------------- producer, quantized pages: load raw bytes kAhead tiles ahead, dequantize ----------------
+    if constexpr (kFmt != kFmtNative) {
+      // kSlots tiles of raw bytes in registers; each unit's registers are refilled with the unit of the tile
+      // kSlots ahead right after it is converted, so about kSlots tiles of bytes stay in flight.
+      // One slot measured best (H200, B=64): a second tile in flight made fp8 / nvfp4 no faster (the
+      // dequantization, not the loads, sets the pace) and costs registers (spills with two consumers).
+      constexpr int kSlots = 1 + ((kVar & 8) ? 1 : 0);
+      const int pt = threadIdx.x - 128 * kNc, tok = pt >> 2, q = pt & 3;
+      SmRaw<kFmt> raw[kSlots];
+      if constexpr ((kVar & 4) != 0)
+#pragma unroll
+        for (int d = 0; d < kSlots; ++d) raw[d] = SmRaw<kFmt>{};
+      SmCursor ld{range.x, range.y, 0, 0, 0, 0, 0};
+      ld.Settle(p, s);
+      SmCursor cv = ld;
+      int pg[2] = {0, 0};
+      size_t row[2] = {0, 0};
+      bool lvalid[2] = {false, false};
+      if (ld.valid()) SmTilePages(pg, p, ld, tok);
+      // ld: the next tile to load; row / lvalid: its rows; pg: page ids of the tile after it (read ahead).
+      auto prefetch_pages = [&]() {
+        SmCursor nx = ld;
+        nx.Next(p, s);
+        if (nx.valid()) SmTilePages(pg, p, nx, tok);
+      };
+      auto advance = [&]() {
+        ld.Next(p, s);
+        lvalid[0] = lvalid[1] = false;
+        if (ld.valid()) {
+          SmTileRows(row, lvalid, p, ld, pg, tok);
+          prefetch_pages();
+        }
+      };
+      if (ld.valid()) {
+        SmTilePages(pg, p, ld, tok);
+        SmTileRows(row, lvalid, p, ld, pg, tok);
+        prefetch_pages();
+      }
+#pragma unroll
+      for (int d = 0; d < kSlots; ++d) {
+        if (ld.valid()) {
+          if constexpr ((kVar & 4) == 0)
+#pragma unroll
+            for (int j = 0; j < 9; ++j) SmLoadUnit<kFmt>(raw[d], qp, row, lvalid, q, j);
+          advance();
+        }
+      }
+      int k = 0, sc = 0;
+      while (cv.valid()) {
+#pragma unroll
+        for (int ph = 0; ph < kSlots; ++ph) {
+          if (!cv.valid()) break;
+          if (cv.j == 0) {  // a new segment: its Q, rewritten as f16 with per-row scales
+            if (sc >= 1) MbarWait(&bars->q_empty, (sc - 1) & 1);
+            for (int i = pt; i < kSmRows * kChunks; i += 128) {
+              const int r = i / kChunks, ch = i - r * kChunks;
+              const bool valid = r < p.GH;
+              const long long qrow = (long long)cv.b * p.GH + r;
+              CpAsync16(sQ + Off16(r, ch), valid ? QChunk(p, qrow, ch) : p.q_lat, valid);
+            }
+            asm volatile("cp.async.wait_all;\n" ::: "memory");
+            NamedBarSync(3, 128);  // the whole Q tile has landed
+            SmQToF16<kBf16>(sQ, sQs, pt);
+            FenceProxyAsync();
+            MbarArrive(&bars->q_full);
+            ++sc;
+          }
+          const int buf = k & 1, u = k >> 1;
+          uint16_t* dst = reinterpret_cast<uint16_t*>(kbuf + buf * kSmKvBytes);
+          if (u >= 1) MbarWait(&bars->empty[buf][0], (u - 1) & 1);
+          const bool refill = ld.valid();
+#pragma unroll
+          for (int j = 0; j < 9; ++j) {
+            if constexpr ((kVar & 1) == 0) SmConvertUnit<kFmt>(dst, raw[ph], tok, q, j);
+            if constexpr ((kVar & 4) == 0)
+              if (refill) SmLoadUnit<kFmt>(raw[ph], qp, row, lvalid, q, j);  // the tile kSlots ahead
+            FenceProxyAsync();  // generic-proxy stores -> the consumer's wgmma reads
+            MbarArrive(&bars->full[buf][j]);
+          }
+          if (refill) advance();
+          ++k;
+          cv.Next(p, s);
+        }
+      }
+    }
+    return;
+  }
+  if (wg == kNc) {
     // ---------------- producer (the seesaw's copy pattern, whole-buffer release) ----------------
-    const int pt = threadIdx.x - 128;
+    const int pt = threadIdx.x - 128 * kNc;
     const int cq = pt & 7, tg = pt >> 3;
     int k = 0, sc = 0;
     for (int si = range.x; si < range.y; ++si) {
@@ -90,17 +368,26 @@ __global__ void __launch_bounds__(256, 1) mla_small_gh(Params p, Sched s) {
     return;
   }
 
-  // ---------------- consumer: one warpgroup ----------------
-  const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+  // ---------------- consumers ----------------
+  const int lane = threadIdx.x & 31, wi = (threadIdx.x >> 5) & 3, w = kNc == 2 ? wg : 0;
   const int ta = wi * 16 + (lane >> 2), tb = ta + 8;  // this thread's two token rows of S^T (and dims of O^T)
-  const uint32_t qa = SmemAddr(sQ), kb0 = SmemAddr(kbuf), pta = SmemAddr(sPT);
+  const int tid = threadIdx.x & 127;
+  uint16_t* myPT = sPT + w * (kSmRows * 64);
+  float* myRed = sRed + w * 128;
+  const uint32_t qa = SmemAddr(sQ), kb0 = SmemAddr(kbuf), pta = SmemAddr(myPT);
+  // Quantized pages: the tile holds code values; the per-tensor scale folds into logits and output.
+  float sl2 = p.scale_log2, out_mul = 1.f;
+  if constexpr (kFmt != kFmtNative) {
+    out_mul = __frcp_rn(__ldg(qp.kv_scale));
+    sl2 = p.scale_log2 * out_mul;
+  }
   int kbase = 0, sc = 0;
   for (int si = range.x; si < range.y; ++si) {
     const int4 seg = s.seg[si];
     const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
     if (n <= 0) {
-      for (int q = lane & 3; q < p.GH; q += 4)  // never produced by the schedule; keep the partial defined
-        if (wi == 0 && lane < 4) {
+      if (w == 0 && wi == 0 && lane < 4)  // never produced by the schedule; keep the partial defined
+        for (int q = lane; q < p.GH; q += 4) {
           for (int d = 0; d < kDl; ++d) p.o_part[((long long)si * p.GH + q) * kDl + d] = 0.f;
           p.lse_part[(long long)si * p.GH + q] = -INFINITY;
         }
@@ -116,6 +403,12 @@ __global__ void __launch_bounds__(256, 1) mla_small_gh(Params p, Sched s) {
         bq[n8][e] = q < p.GH ? min(max(p.bounds[b * p.G + q / p.H], 0), p.cap) : 0;
       }
     MbarWait(&bars->q_full, sc & 1);
+    float slq[2][2];  // logit factor per query row: scale * log2(e) [* 1/kv_scale * Q row factor]
+#pragma unroll
+    for (int n8 = 0; n8 < 2; ++n8)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        slq[n8][e] = kFmt == kFmtNative ? sl2 : sl2 * sQs[n8 * 8 + (lane & 3) * 2 + e];
 
     float oacc[8][2][4];
 #pragma unroll
@@ -126,9 +419,16 @@ __global__ void __launch_bounds__(256, 1) mla_small_gh(Params p, Sched s) {
 #pragma unroll
     for (int n8 = 0; n8 < 2; ++n8) m[n8][0] = m[n8][1] = -INFINITY, l[n8][0] = l[n8][1] = 0.f;
 
-    for (int j = 0; j < n; ++j) {
+    int own = 0;  // tiles of this segment this consumer has taken
+    for (int j = (kNc == 2 && ((kbase & 1) != w)) ? 1 : 0; j < n; j += kNc, ++own) {
       const int k = kbase + j, buf = k & 1, par = (k >> 1) & 1;
       const uint32_t base = kb0 + buf * kSmKvBytes;
+      if constexpr ((kVar & 2) != 0) {  // probe: no math
+        for (int c = 0; c < 9; ++c) MbarWait(&bars->full[buf][c], par);
+        if (kNc == 2) MbarArrive(&bars->empty[buf][0]);
+        else if (own >= 1) MbarArrive(&bars->empty[(k - 1) & 1][0]);
+        continue;
+      }
       // S^T = K Q^T: M = 64 tokens, N = 16 rows, K = 576 (9 blocks x 4 k-steps).
       float st[2][4];
       st[0][0] = st[0][1] = st[0][2] = st[0][3] = st[1][0] = st[1][1] = st[1][2] = st[1][3] = 0.f;
@@ -140,15 +440,15 @@ __global__ void __launch_bounds__(256, 1) mla_small_gh(Params p, Sched s) {
         WgFence();
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk)
-          Wgmma16<kBf16, 0, 0>(st, Desc(base + c * kBlockBytes + kk * 32, 16, 1024),
-                               Desc(qa + c * (kSmRows * 128) + kk * 32, 16, 1024));
+          Wgmma16<kMathBf16, 0, 0>(st, Desc(base + c * kBlockBytes + kk * 32, 16, 1024),
+                                   Desc(qa + c * (kSmRows * 128) + kk * 32, 16, 1024));
       }
       WgCommit();
-      WgWait0();  // also retires PV_{j-1}: its buffer goes back to the producer
+      WgWait0();  // one consumer: also retires PV_{j-1}, whose buffer goes back to the producer
       FenceRegs(st);
       FenceRegs(oacc[0]); FenceRegs(oacc[1]); FenceRegs(oacc[2]); FenceRegs(oacc[3]);
       FenceRegs(oacc[4]); FenceRegs(oacc[5]); FenceRegs(oacc[6]); FenceRegs(oacc[7]);
-      if (j >= 1) MbarArrive(&bars->empty[(k - 1) & 1][0]);
+      if (kNc == 1 && own >= 1) MbarArrive(&bars->empty[(k - 1) & 1][0]);
 
       // Column softmax (log2 units): mask token t by row q's bound, max over the 64 tokens.
       const int t0 = (blk0 + j) * kTokTile;
@@ -157,20 +457,20 @@ __global__ void __launch_bounds__(256, 1) mla_small_gh(Params p, Sched s) {
       for (int n8 = 0; n8 < 2; ++n8)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          st[n8][e] = t0 + ta < bq[n8][e] ? st[n8][e] * p.scale_log2 : -INFINITY;
-          st[n8][2 + e] = t0 + tb < bq[n8][e] ? st[n8][2 + e] * p.scale_log2 : -INFINITY;
+          st[n8][e] = t0 + ta < bq[n8][e] ? st[n8][e] * slq[n8][e] : -INFINITY;
+          st[n8][2 + e] = t0 + tb < bq[n8][e] ? st[n8][2 + e] * slq[n8][e] : -INFINITY;
           float v = fmaxf(st[n8][e], st[n8][2 + e]);
 #pragma unroll
           for (int off = 4; off <= 16; off <<= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
           cm[n8][e] = v;
         }
-      float* red = sRed + (j & 1) * 64;  // [4 warps][16 rows], alternating so the next tile never overwrites
+      float* red = myRed + (own & 1) * 64;  // [4 warps][16 rows], alternating so the next tile never overwrites
       if (lane < 4)
 #pragma unroll
         for (int n8 = 0; n8 < 2; ++n8)
 #pragma unroll
           for (int e = 0; e < 2; ++e) red[wi * 16 + n8 * 8 + lane * 2 + e] = cm[n8][e];
-      NamedBarSync(1, 128);
+      NamedBarSync(1 + w, 128);
       float al[2][2], mu[2][2];
 #pragma unroll
       for (int n8 = 0; n8 < 2; ++n8)
@@ -191,9 +491,9 @@ __global__ void __launch_bounds__(256, 1) mla_small_gh(Params p, Sched s) {
           const int q = n8 * 8 + (lane & 3) * 2 + e;
           const float pa = exp2f(st[n8][e] - mu[n8][e]), pb = exp2f(st[n8][2 + e] - mu[n8][e]);
           l[n8][e] = l[n8][e] * al[n8][e] + pa + pb;
-          uint32_t pk = Pack2<kBf16>(pa, pb);
-          sPT[Off16(q, ta >> 3) + (ta & 7)] = (uint16_t)(pk & 0xFFFF);
-          sPT[Off16(q, tb >> 3) + (tb & 7)] = (uint16_t)(pk >> 16);
+          uint32_t pk = Pack2<kMathBf16>(pa, pb);
+          myPT[Off16(q, ta >> 3) + (ta & 7)] = (uint16_t)(pk & 0xFFFF);
+          myPT[Off16(q, tb >> 3) + (tb & 7)] = (uint16_t)(pk >> 16);
         }
 #pragma unroll
       for (int i = 0; i < 8; ++i)
@@ -202,8 +502,8 @@ __global__ void __launch_bounds__(256, 1) mla_small_gh(Params p, Sched s) {
           oacc[i][n8][0] *= al[n8][0]; oacc[i][n8][1] *= al[n8][1];
           oacc[i][n8][2] *= al[n8][0]; oacc[i][n8][3] *= al[n8][1];
         }
-      FenceProxyAsync();       // P^T stores -> wgmma
-      NamedBarSync(1, 128);    // all of P^T written
+      FenceProxyAsync();          // P^T stores -> wgmma
+      NamedBarSync(1 + w, 128);   // all of P^T written
       FenceRegs(oacc[0]); FenceRegs(oacc[1]); FenceRegs(oacc[2]); FenceRegs(oacc[3]);
       FenceRegs(oacc[4]); FenceRegs(oacc[5]); FenceRegs(oacc[6]); FenceRegs(oacc[7]);
       WgFence();
@@ -212,18 +512,26 @@ __global__ void __launch_bounds__(256, 1) mla_small_gh(Params p, Sched s) {
       for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
         for (int i = 0; i < 8; ++i)
-          Wgmma16<kBf16, 1, 0>(oacc[i], Desc(base + i * kBlockBytes + kk * 16 * 128, kBlockBytes, 1024),
-                               Desc(pta + kk * 32, 16, 1024));
+          Wgmma16<kMathBf16, 1, 0>(oacc[i], Desc(base + i * kBlockBytes + kk * 16 * 128, kBlockBytes, 1024),
+                                   Desc(pta + kk * 32, 16, 1024));
       WgCommit();
+      if constexpr (kNc == 2) {
+        // Two consumers: buffer w holds this consumer's next tile too, so it is released as soon as PV is
+        // done (the other consumer's work fills the gap a one-consumer kernel covers by deferring).
+        WgWait0();
+        FenceRegs(oacc[0]); FenceRegs(oacc[1]); FenceRegs(oacc[2]); FenceRegs(oacc[3]);
+        FenceRegs(oacc[4]); FenceRegs(oacc[5]); FenceRegs(oacc[6]); FenceRegs(oacc[7]);
+        MbarArrive(&bars->empty[buf][0]);
+      }
     }
     WgWait0();
     FenceRegs(oacc[0]); FenceRegs(oacc[1]); FenceRegs(oacc[2]); FenceRegs(oacc[3]);
     FenceRegs(oacc[4]); FenceRegs(oacc[5]); FenceRegs(oacc[6]); FenceRegs(oacc[7]);
-    MbarArrive(&bars->empty[(kbase + n - 1) & 1][0]);
+    if (kNc == 1 && own >= 1) MbarArrive(&bars->empty[(kbase + n - 1) & 1][0]);  // the segment's last tile
     MbarArrive(&bars->q_empty);
 
     // Column sums over the 64 token rows: shuffle, then the 4 warps through shared memory.
-    float* red = sRed + (n & 1) * 64;  // the buffer the last tile's max exchange did not use
+    float* red = myRed + (own & 1) * 64;  // the buffer the last tile's max exchange did not use
     float lt[2][2];
 #pragma unroll
     for (int n8 = 0; n8 < 2; ++n8)
@@ -234,30 +542,82 @@ __global__ void __launch_bounds__(256, 1) mla_small_gh(Params p, Sched s) {
         for (int off = 4; off <= 16; off <<= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
         lt[n8][e] = v;
       }
-    NamedBarSync(1, 128);
+    NamedBarSync(1 + w, 128);
     if (lane < 4)
 #pragma unroll
       for (int n8 = 0; n8 < 2; ++n8)
 #pragma unroll
         for (int e = 0; e < 2; ++e) red[wi * 16 + n8 * 8 + lane * 2 + e] = lt[n8][e];
-    NamedBarSync(1, 128);
+    NamedBarSync(1 + w, 128);
+    float Lq[2][2];
 #pragma unroll
     for (int n8 = 0; n8 < 2; ++n8)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int q = n8 * 8 + (lane & 3) * 2 + e;
-        const float L = red[q] + red[16 + q] + red[32 + q] + red[48 + q];
-        if (q >= p.GH) continue;
-        const float inv = L > 0.f ? 1.f / L : 0.f;
-        float* o = p.o_part + ((long long)si * p.GH + q) * kDl;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          o[i * 64 + ta] = oacc[i][n8][e] * inv;
-          o[i * 64 + tb] = oacc[i][n8][2 + e] * inv;
-        }
-        if (wi == 0 && lane < 4) p.lse_part[(long long)si * p.GH + q] = L > 0.f ? (m[n8][e] + __log2f(L)) * kLn2 : -INFINITY;
+        Lq[n8][e] = red[q] + red[16 + q] + red[32 + q] + red[48 + q];
       }
-    NamedBarSync(1, 128);  // red is reused by the next segment
+    if constexpr (kNc == 2) {
+      // Exact merge: consumer 1 hands its (m, L, O^T) over (thread-linear, same fragment positions as
+      // consumer 0's thread), consumer 0 rescales both to the common max and writes the partial.
+      if (w == 1) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+          for (int n8 = 0; n8 < 2; ++n8)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) sMerge[((i * 2 + n8) * 4 + r) * 128 + tid] = oacc[i][n8][r];
+#pragma unroll
+        for (int n8 = 0; n8 < 2; ++n8)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            sMerge[(64 + n8 * 2 + e) * 128 + tid] = m[n8][e];
+            sMerge[(68 + n8 * 2 + e) * 128 + tid] = Lq[n8][e];
+          }
+      }
+      NamedBarSync(4, 256);
+      if (w == 0) {
+        float a0[2][2], a1[2][2];
+#pragma unroll
+        for (int n8 = 0; n8 < 2; ++n8)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float m1 = sMerge[(64 + n8 * 2 + e) * 128 + tid], L1 = sMerge[(68 + n8 * 2 + e) * 128 + tid];
+            const float mm = fmaxf(m[n8][e], m1), mz = mm == -INFINITY ? 0.f : mm;
+            a0[n8][e] = exp2f(m[n8][e] - mz);
+            a1[n8][e] = exp2f(m1 - mz);
+            Lq[n8][e] = Lq[n8][e] * a0[n8][e] + L1 * a1[n8][e];
+            m[n8][e] = mm;
+          }
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+          for (int n8 = 0; n8 < 2; ++n8)
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+              oacc[i][n8][r] = oacc[i][n8][r] * a0[n8][r & 1] + sMerge[((i * 2 + n8) * 4 + r) * 128 + tid] * a1[n8][r & 1];
+      }
+    }
+    if (w == 0) {
+#pragma unroll
+      for (int n8 = 0; n8 < 2; ++n8)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int q = n8 * 8 + (lane & 3) * 2 + e;
+          const float L = Lq[n8][e];
+          if (q >= p.GH) continue;
+          const float inv = L > 0.f ? out_mul / L : 0.f;
+          float* o = p.o_part + ((long long)si * p.GH + q) * kDl;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            o[i * 64 + ta] = oacc[i][n8][e] * inv;
+            o[i * 64 + tb] = oacc[i][n8][2 + e] * inv;
+          }
+          if (wi == 0 && lane < 4) p.lse_part[(long long)si * p.GH + q] = L > 0.f ? (m[n8][e] + __log2f(L)) * kLn2 : -INFINITY;
+        }
+    }
+    if constexpr (kNc == 2) NamedBarSync(4, 256);  // sMerge is rewritten by the next segment
+    NamedBarSync(1 + w, 128);                     // red is reused by the next segment
     kbase += n;
     ++sc;
   }
