@@ -366,7 +366,7 @@ int main(int argc, char** argv) {
       Case c = MakeCase(cd.B, cd.G, cd.H, cd.P, cd.lens, 11 + (unsigned)ci);
       Dev d = Upload(c, scale);
       std::printf("small case %zu (B=%d G=%d H=%d P=%d) small, 1 consumer:\n", ci, cd.B, cd.G, cd.H, cd.P);
-      if (!RunChecked(c, d, scale, [&] { Run<kSmallGh, kFmtNative, 16>(d); })) ok_mask &= ~8;
+      if (!RunChecked(c, d, scale, [&] { Run<kSmallGh, kFmtNative, 64>(d); })) ok_mask &= ~8;
       std::printf("small case %zu (B=%d G=%d H=%d P=%d) small, 2 consumers:\n", ci, cd.B, cd.G, cd.H, cd.P);
       if (!RunChecked(c, d, scale, [&] { Run<kSmallGh, kFmtNative, 32>(d); })) ok_mask &= ~8;
       Free(d);
@@ -409,7 +409,7 @@ int main(int argc, char** argv) {
         QParams qp = UploadQuant(qh);
         std::printf("%s small case %zu (B=%d G=%d H=%d P=%d), 1 consumer:\n", fnames[f], ci, cd.B, cd.G, cd.H, cd.P);
         all &= RunChecked(c, d, scale, [&] {
-          if (f == 0) Run<kSmallGh, kFmtFp8, 16>(d, qp); else Run<kSmallGh, kFmtNvfp4, 16>(d, qp);
+          if (f == 0) Run<kSmallGh, kFmtFp8, 64>(d, qp); else Run<kSmallGh, kFmtNvfp4, 64>(d, qp);
         });
         std::printf("%s small case %zu (B=%d G=%d H=%d P=%d), 2 consumers:\n", fnames[f], ci, cd.B, cd.G, cd.H, cd.P);
         all &= RunChecked(c, d, scale, [&] {
@@ -439,7 +439,7 @@ int main(int argc, char** argv) {
     for (int B : {1, 64, 128}) {
       Dev d = UploadTiming(B, 1, 16, 64, 65536, scale);
       const double tok = (double)B * 65536;
-      const float b1 = TimeMs<kSmallGh, kFmtNative, 16>(d, 10), b2 = TimeMs<kSmallGh, kFmtNative, 32>(d, 10);
+      const float b1 = TimeMs<kSmallGh, kFmtNative, 64>(d, 10), b2 = TimeMs<kSmallGh, kFmtNative, 32>(d, 10);
       std::printf("qsmall B=%d G=1 H=16: bf16 1c %.4f ms (%.2f TB/s) 2c %.4f ms (%.2f TB/s)\n", B, b1, tok * 1152 / b1 / 1e9,
                   b2, tok * 1152 / b2 / 1e9);
       const float bf = std::min(b1, b2);
@@ -448,13 +448,13 @@ int main(int argc, char** argv) {
         const int bpt = f == 0 ? 576 : 324;
         float t[2][3];  // [consumers][whole, producer-only, no-loads]
         if (f == 0) {
-          t[0][0] = TimeMs<kSmallGh, kFmtFp8, 16>(d, 10, qp); t[0][1] = TimeMs<kSmallGh, kFmtFp8, 16 | 2>(d, 10, qp, 1);
-          t[0][2] = TimeMs<kSmallGh, kFmtFp8, 16 | 4>(d, 10, qp, 1);
+          t[0][0] = TimeMs<kSmallGh, kFmtFp8, 64>(d, 10, qp); t[0][1] = TimeMs<kSmallGh, kFmtFp8, 64 | 2>(d, 10, qp, 1);
+          t[0][2] = TimeMs<kSmallGh, kFmtFp8, 64 | 4>(d, 10, qp, 1);
           t[1][0] = TimeMs<kSmallGh, kFmtFp8, 32>(d, 10, qp); t[1][1] = TimeMs<kSmallGh, kFmtFp8, 32 | 2>(d, 10, qp, 1);
           t[1][2] = TimeMs<kSmallGh, kFmtFp8, 32 | 4>(d, 10, qp, 1);
         } else {
-          t[0][0] = TimeMs<kSmallGh, kFmtNvfp4, 16>(d, 10, qp); t[0][1] = TimeMs<kSmallGh, kFmtNvfp4, 16 | 2>(d, 10, qp, 1);
-          t[0][2] = TimeMs<kSmallGh, kFmtNvfp4, 16 | 4>(d, 10, qp, 1);
+          t[0][0] = TimeMs<kSmallGh, kFmtNvfp4, 64>(d, 10, qp); t[0][1] = TimeMs<kSmallGh, kFmtNvfp4, 64 | 2>(d, 10, qp, 1);
+          t[0][2] = TimeMs<kSmallGh, kFmtNvfp4, 64 | 4>(d, 10, qp, 1);
           t[1][0] = TimeMs<kSmallGh, kFmtNvfp4, 32>(d, 10, qp); t[1][1] = TimeMs<kSmallGh, kFmtNvfp4, 32 | 2>(d, 10, qp, 1);
           t[1][2] = TimeMs<kSmallGh, kFmtNvfp4, 32 | 4>(d, 10, qp, 1);
         }
@@ -462,12 +462,14 @@ int main(int argc, char** argv) {
           std::printf("qsmall B=%d G=1 H=16 %s %dc: %.4f ms = %.2fx best bf16 (%.2f TB/s; producer-only %.4f, no-loads %.4f)\n",
                       B, fnames[f], c + 1, t[c][0], bf / t[c][0], tok * bpt / t[c][0] / 1e9, t[c][1], t[c][2]);
         if (f == 1) {
-          const float o1 = TimeMs<kSmallGh, kFmtNvfp4, 16 | 8>(d, 10, qp), o2 = TimeMs<kSmallGh, kFmtNvfp4, 32 | 8>(d, 10, qp);
+          const float o1 = TimeMs<kSmallGh, kFmtNvfp4, 64 | 8>(d, 10, qp), o2 = TimeMs<kSmallGh, kFmtNvfp4, 32 | 8>(d, 10, qp);
           std::printf("qsmall B=%d G=1 H=16 nvfp4 two tiles in flight: 1c %.4f ms = %.2fx, 2c %.4f ms = %.2fx\n", B, o1, bf / o1,
                       o2, bf / o2);
         } else {
-          const float c1 = TimeMs<kSmallGh, kFmtFp8, 16 | 5>(d, 10, qp, 1), c2 = TimeMs<kSmallGh, kFmtFp8, 32 | 5>(d, 10, qp, 1);
+          const float c1 = TimeMs<kSmallGh, kFmtFp8, 64 | 5>(d, 10, qp, 1), c2 = TimeMs<kSmallGh, kFmtFp8, 32 | 5>(d, 10, qp, 1);
           std::printf("qsmall B=%d G=1 H=16 consumers' math alone (f16): 1c %.4f ms, 2c %.4f ms\n", B, c1, c2);
+          const float pf = TimeMs<kSmallGh, kFmtFp8, 64 | 16>(d, 10, qp), pp = TimeMs<kSmallGh, kFmtFp8, 64 | 16 | 2>(d, 10, qp, 1);
+          std::printf("qsmall B=%d G=1 H=16 fp8 1c with the producer-side fence per unit: %.4f ms (producer-only %.4f)\n", B, pf, pp);
         }
         FreeQuant(qp);
       }

@@ -864,9 +864,9 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
   const dim3 grid(num_parts, mtiles);
   cudaError_t err;
   if constexpr (kMode == kSmallGh) {
-    // kVar bits 16 / 32 (standalone driver) force one / two consumer warpgroups; default SmConsumers.
-    constexpr int kNc = (kVar & 16) ? 1 : (kVar & 32) ? 2 : SmConsumers(kFmt);
-    constexpr int kV = kVar & 15;
+    // kVar bits 64 / 32 (standalone driver) force one / two consumer warpgroups; default SmConsumers.
+    constexpr int kNc = (kVar & 64) ? 1 : (kVar & 32) ? 2 : SmConsumers(kFmt);
+    constexpr int kV = kVar & 31;
     if ((err = OptInSharedMemory(mla_small_gh<kBf16, kFmt, kNc, kV>, kSmSmemBytes, ready)) != cudaSuccess) return err;
     mla_small_gh<kBf16, kFmt, kNc, kV><<<grid, 128 * (kNc + 1), kSmSmemBytes, stream>>>(p, s, qp);
   } else if constexpr (kMode == kSeesaw) {

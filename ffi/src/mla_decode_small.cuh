@@ -213,7 +213,7 @@ __device__ __forceinline__ void SmQToF16(uint16_t* sQ, float* qs, int pt) {
 // bit 2): the producer neither loads nor converts: the consumers' math alone; bit 1: the consumer does no
 // math (waits for each tile, releases it): the producer alone; bit 2 (quantized pages): the producer
 // issues no global loads (converts whatever its registers hold): dequantization + math alone; bit 3: two
-// tiles of raw bytes in flight instead of one.
+// tiles of raw bytes in flight instead of one; bit 4: a producer-side proxy fence after each unit.
 template <bool kBf16, int kFmt = kFmtNative, int kNc = 1, int kVar = 0>
 __global__ void __launch_bounds__(128 * (kNc + 1), 1) mla_small_gh(Params p, Sched s, QParams qp) {
   static_assert(kNc == 1 || kNc == 2, "one or two consumer warpgroups");
@@ -305,8 +305,7 @@ __global__ void __launch_bounds__(128 * (kNc + 1), 1) mla_small_gh(Params p, Sch
             asm volatile("cp.async.wait_all;\n" ::: "memory");
             NamedBarSync(3, 128);  // the whole Q tile has landed
             SmQToF16<kBf16>(sQ, sQs, pt);
-            FenceProxyAsync();
-            MbarArrive(&bars->q_full);
+            MbarArrive(&bars->q_full);  // the consumer's proxy fence follows its first block wait
             ++sc;
           }
           const int buf = k & 1, u = k >> 1;
@@ -318,7 +317,9 @@ __global__ void __launch_bounds__(128 * (kNc + 1), 1) mla_small_gh(Params p, Sch
             if constexpr ((kVar & 1) == 0) SmConvertUnit<kFmt>(dst, raw[ph], tok, q, j);
             if constexpr ((kVar & 4) == 0)
               if (refill) SmLoadUnit<kFmt>(raw[ph], qp, row, lvalid, q, j);  // the tile kSlots ahead
-            FenceProxyAsync();  // generic-proxy stores -> the consumer's wgmma reads
+            // No proxy fence here: the consumer fences after its acquire, as for cp.async-filled tiles (a
+            // per-unit fence here also waited for the refill loads just issued: kVar bit 4 restores it).
+            if constexpr ((kVar & 16) != 0) FenceProxyAsync();
             MbarArrive(&bars->full[buf][j]);
           }
           if (refill) advance();
