@@ -415,6 +415,14 @@ int main(int argc, char** argv) {
         all &= RunChecked(c, d, scale, [&] {
           if (f == 0) Run<kSmallGh, kFmtFp8, 32>(d, qp); else Run<kSmallGh, kFmtNvfp4, 32>(d, qp);
         });
+        std::printf("%s small case %zu (B=%d G=%d H=%d P=%d), 1 consumer, 2 producers:\n", fnames[f], ci, cd.B, cd.G, cd.H, cd.P);
+        all &= RunChecked(c, d, scale, [&] {
+          if (f == 0) Run<kSmallGh, kFmtFp8, 64 | 256>(d, qp); else Run<kSmallGh, kFmtNvfp4, 64 | 256>(d, qp);
+        });
+        std::printf("%s small case %zu (B=%d G=%d H=%d P=%d), 2 consumers, 2 producers:\n", fnames[f], ci, cd.B, cd.G, cd.H, cd.P);
+        all &= RunChecked(c, d, scale, [&] {
+          if (f == 0) Run<kSmallGh, kFmtFp8, 32 | 256>(d, qp); else Run<kSmallGh, kFmtNvfp4, 32 | 256>(d, qp);
+        });
         FreeQuant(qp);
         Free(d);
       }
@@ -435,7 +443,7 @@ int main(int argc, char** argv) {
     Free(d);
   }
   if (small) return ((ok_mask & 2) && (qmask & 15) == 15 && (qmask & 96) == 96) ? 0 : 1;
-  if ((ok_mask & 8) && (qmask & 96) == 96) {  // small-G*H, 1 vs 2 consumers, bf16 / fp8 / nvfp4 at H=16, G=1
+  if ((ok_mask & 8) && (qmask & 96) == 96) {  // small-G*H: consumers x producers, bf16 / fp8 / nvfp4 at H=16, G=1
     for (int B : {1, 64, 128}) {
       Dev d = UploadTiming(B, 1, 16, 64, 65536, scale);
       const double tok = (double)B * 65536;
@@ -446,31 +454,22 @@ int main(int argc, char** argv) {
       for (int f = 0; f < 2; ++f) {
         QParams qp = QuantTiming(d, f == 0 ? kFmtFp8 : kFmtNvfp4);
         const int bpt = f == 0 ? 576 : 324;
-        float t[2][3];  // [consumers][whole, producer-only, no-loads]
+        float t[4], po[4];  // 1c1p, 2c1p, 1c2p, 2c2p: whole call; producer alone
         if (f == 0) {
-          t[0][0] = TimeMs<kSmallGh, kFmtFp8, 64>(d, 10, qp); t[0][1] = TimeMs<kSmallGh, kFmtFp8, 64 | 2>(d, 10, qp, 1);
-          t[0][2] = TimeMs<kSmallGh, kFmtFp8, 64 | 4>(d, 10, qp, 1);
-          t[1][0] = TimeMs<kSmallGh, kFmtFp8, 32>(d, 10, qp); t[1][1] = TimeMs<kSmallGh, kFmtFp8, 32 | 2>(d, 10, qp, 1);
-          t[1][2] = TimeMs<kSmallGh, kFmtFp8, 32 | 4>(d, 10, qp, 1);
+          t[0] = TimeMs<kSmallGh, kFmtFp8, 64 | 128>(d, 10, qp); po[0] = TimeMs<kSmallGh, kFmtFp8, 64 | 128 | 2>(d, 10, qp, 1);
+          t[1] = TimeMs<kSmallGh, kFmtFp8, 32 | 128>(d, 10, qp); po[1] = TimeMs<kSmallGh, kFmtFp8, 32 | 128 | 2>(d, 10, qp, 1);
+          t[2] = TimeMs<kSmallGh, kFmtFp8, 64 | 256>(d, 10, qp); po[2] = TimeMs<kSmallGh, kFmtFp8, 64 | 256 | 2>(d, 10, qp, 1);
+          t[3] = TimeMs<kSmallGh, kFmtFp8, 32 | 256>(d, 10, qp); po[3] = TimeMs<kSmallGh, kFmtFp8, 32 | 256 | 2>(d, 10, qp, 1);
         } else {
-          t[0][0] = TimeMs<kSmallGh, kFmtNvfp4, 64>(d, 10, qp); t[0][1] = TimeMs<kSmallGh, kFmtNvfp4, 64 | 2>(d, 10, qp, 1);
-          t[0][2] = TimeMs<kSmallGh, kFmtNvfp4, 64 | 4>(d, 10, qp, 1);
-          t[1][0] = TimeMs<kSmallGh, kFmtNvfp4, 32>(d, 10, qp); t[1][1] = TimeMs<kSmallGh, kFmtNvfp4, 32 | 2>(d, 10, qp, 1);
-          t[1][2] = TimeMs<kSmallGh, kFmtNvfp4, 32 | 4>(d, 10, qp, 1);
+          t[0] = TimeMs<kSmallGh, kFmtNvfp4, 64 | 128>(d, 10, qp); po[0] = TimeMs<kSmallGh, kFmtNvfp4, 64 | 128 | 2>(d, 10, qp, 1);
+          t[1] = TimeMs<kSmallGh, kFmtNvfp4, 32 | 128>(d, 10, qp); po[1] = TimeMs<kSmallGh, kFmtNvfp4, 32 | 128 | 2>(d, 10, qp, 1);
+          t[2] = TimeMs<kSmallGh, kFmtNvfp4, 64 | 256>(d, 10, qp); po[2] = TimeMs<kSmallGh, kFmtNvfp4, 64 | 256 | 2>(d, 10, qp, 1);
+          t[3] = TimeMs<kSmallGh, kFmtNvfp4, 32 | 256>(d, 10, qp); po[3] = TimeMs<kSmallGh, kFmtNvfp4, 32 | 256 | 2>(d, 10, qp, 1);
         }
-        for (int c = 0; c < 2; ++c)
-          std::printf("qsmall B=%d G=1 H=16 %s %dc: %.4f ms = %.2fx best bf16 (%.2f TB/s; producer-only %.4f, no-loads %.4f)\n",
-                      B, fnames[f], c + 1, t[c][0], bf / t[c][0], tok * bpt / t[c][0] / 1e9, t[c][1], t[c][2]);
-        if (f == 1) {
-          const float o1 = TimeMs<kSmallGh, kFmtNvfp4, 64 | 8>(d, 10, qp), o2 = TimeMs<kSmallGh, kFmtNvfp4, 32 | 8>(d, 10, qp);
-          std::printf("qsmall B=%d G=1 H=16 nvfp4 two tiles in flight: 1c %.4f ms = %.2fx, 2c %.4f ms = %.2fx\n", B, o1, bf / o1,
-                      o2, bf / o2);
-        } else {
-          const float c1 = TimeMs<kSmallGh, kFmtFp8, 64 | 5>(d, 10, qp, 1), c2 = TimeMs<kSmallGh, kFmtFp8, 32 | 5>(d, 10, qp, 1);
-          std::printf("qsmall B=%d G=1 H=16 consumers' math alone (f16): 1c %.4f ms, 2c %.4f ms\n", B, c1, c2);
-          const float pf = TimeMs<kSmallGh, kFmtFp8, 64 | 16>(d, 10, qp), pp = TimeMs<kSmallGh, kFmtFp8, 64 | 16 | 2>(d, 10, qp, 1);
-          std::printf("qsmall B=%d G=1 H=16 fp8 1c with the producer-side fence per unit: %.4f ms (producer-only %.4f)\n", B, pf, pp);
-        }
+        const char* vn[4] = {"1c1p", "2c1p", "1c2p", "2c2p"};
+        for (int v = 0; v < 4; ++v)
+          std::printf("qsmall B=%d G=1 H=16 %s %s: %.4f ms = %.2fx best bf16 (%.2f TB/s; producer alone %.4f)\n", B, fnames[f],
+                      vn[v], t[v], bf / t[v], tok * bpt / t[v] / 1e9, po[v]);
         FreeQuant(qp);
       }
       Free(d);

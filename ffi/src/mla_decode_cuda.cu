@@ -864,11 +864,13 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
   const dim3 grid(num_parts, mtiles);
   cudaError_t err;
   if constexpr (kMode == kSmallGh) {
-    // kVar bits 64 / 32 (standalone driver) force one / two consumer warpgroups; default SmConsumers.
+    // kVar bits 64 / 32 (standalone driver) force one / two consumer warpgroups, bits 128 / 256 one / two
+    // producer warpgroups (quantized pages); defaults SmConsumers / SmProducers.
     constexpr int kNc = (kVar & 64) ? 1 : (kVar & 32) ? 2 : SmConsumers(kFmt);
+    constexpr int kNp = kFmt == kFmtNative ? 1 : (kVar & 128) ? 1 : (kVar & 256) ? 2 : SmProducers(kFmt);
     constexpr int kV = kVar & 31;
-    if ((err = OptInSharedMemory(mla_small_gh<kBf16, kFmt, kNc, kV>, kSmSmemBytes, ready)) != cudaSuccess) return err;
-    mla_small_gh<kBf16, kFmt, kNc, kV><<<grid, 128 * (kNc + 1), kSmSmemBytes, stream>>>(p, s, qp);
+    if ((err = OptInSharedMemory(mla_small_gh<kBf16, kFmt, kNc, kNp, kV>, kSmSmemBytes, ready)) != cudaSuccess) return err;
+    mla_small_gh<kBf16, kFmt, kNc, kNp, kV><<<grid, 128 * (kNc + kNp), kSmSmemBytes, stream>>>(p, s, qp);
   } else if constexpr (kMode == kSeesaw) {
     static_assert(kFmt == kFmtNative, "the seesaw kernel reads 16-bit pages");
     if ((err = OptInSharedMemory(mla_seesaw<kBf16, kVar>, kSsSmemBytes, ready)) != cudaSuccess) return err;

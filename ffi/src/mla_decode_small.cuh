@@ -25,10 +25,12 @@ namespace helix_ffi {
 namespace {
 
 constexpr int kSmRows = 16;
-// Consumer warpgroups of the default build (see mla_small_gh), measured on the H200 at H=16, G=1, L=64K:
-// 16-bit pages 2 (B=64: 1.09 ms vs 1.15 with one); quantized pages 1 (fp8 1.21 ms vs 1.32: there the
-// producer's dequantization sets the pace and a second consumer only takes issue slots from it).
-__host__ __device__ constexpr int SmConsumers(int fmt) { return fmt == kFmtNative ? 2 : 1; }
+// Warpgroups of the default build (see mla_small_gh), measured on the H200 at H=16, G=1, L=64K, B=64
+// (benchmarks/results/logs_2026-11-30/standalone_qsmall_np.log): 16-bit pages, 2 consumers + the cp.async
+// producer (1.11 ms vs 1.18 with one consumer); quantized pages, 2 consumers + 2 dequantizing producers
+// (fp8 0.99 ms, nvfp4 1.14 ms; one producer: 1.13 / 1.76 ms; the dequantization sets the pace).
+__host__ __device__ constexpr int SmConsumers(int fmt) { return 2; }
+__host__ __device__ constexpr int SmProducers(int fmt) { return fmt == kFmtNative ? 1 : 2; }
 constexpr int kSmQBytes = kSmRows * kD * 2;   // 18432: 9 blocks of [16 rows x 128 B]
 constexpr int kSmKvBytes = kTileElems * 2;    // 73728 per 64-token tile
 // Q, two KV tiles, P^T x 2, softmax exchange x 2, Q row factors, the two-consumer merge area, barriers.
@@ -46,12 +48,13 @@ __device__ __forceinline__ void Wgmma16(float (&d)[2][4], uint64_t da, uint64_t 
 }
 
 // Raw bytes of one producer thread's units of one quantized tile: tokens tok and tok + 32, units q + 4j.
-template <int kFmt>
+// kH = tokens per producer thread (2 with one producer warpgroup, 1 with two).
+template <int kFmt, int kH>
 struct SmRaw;
-template <>
-struct SmRaw<kFmtFp8> { uint4 u[2][9]; };
-template <>
-struct SmRaw<kFmtNvfp4> { uint2 u[2][9]; uint32_t sf[2][9]; };
+template <int kH>
+struct SmRaw<kFmtFp8, kH> { uint4 u[kH][9]; };
+template <int kH>
+struct SmRaw<kFmtNvfp4, kH> { uint2 u[kH][9]; uint32_t sf[kH][9]; };
 
 // Walks the tiles of a CTA's segments in order, skipping segments without tiles; global reads only
 // when it enters a segment (a per-tile read would put two L2 round trips on the producer's path).
@@ -72,19 +75,21 @@ struct SmCursor {
 };
 
 // Page ids of this thread's two tokens of the cursor's tile (read a tile before its bytes are loaded).
-__device__ __forceinline__ void SmTilePages(int (&pg)[2], const Params& p, const SmCursor& c, int tok) {
+template <int kH>
+__device__ __forceinline__ void SmTilePages(int (&pg)[kH], const Params& p, const SmCursor& c, int tok) {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
+  for (int h = 0; h < kH; ++h) {
     const int t = c.t0() + tok + 32 * h;
     pg[h] = t < c.len ? __ldg(p.page_table + (long long)c.b * p.npp + t / p.P) : 0;
   }
 }
 
 // Pool rows of this thread's two tokens of the cursor's tile; valid[h] = false past the bound (zeros, no read).
-__device__ __forceinline__ void SmTileRows(size_t (&row)[2], bool (&valid)[2], const Params& p, const SmCursor& c,
-                                           const int (&pg)[2], int tok) {
+template <int kH>
+__device__ __forceinline__ void SmTileRows(size_t (&row)[kH], bool (&valid)[kH], const Params& p, const SmCursor& c,
+                                           const int (&pg)[kH], int tok) {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
+  for (int h = 0; h < kH; ++h) {
     const int t = c.t0() + tok + 32 * h;
     valid[h] = t < c.len;
     row[h] = valid[h] ? (size_t)min(max(pg[h], 0), p.N - 1) * p.P + t % p.P : 0;
@@ -92,12 +97,12 @@ __device__ __forceinline__ void SmTileRows(size_t (&row)[2], bool (&valid)[2], c
 }
 
 // Raw bytes of unit j (u = q + 4j: 16 values, 0..31 latent, 32..35 rope) of both tokens.
-template <int kFmt>
-__device__ __forceinline__ void SmLoadUnit(SmRaw<kFmt>& r, const QParams& qp, const size_t (&row)[2],
-                                           const bool (&valid)[2], int q, int j) {
+template <int kFmt, int kH>
+__device__ __forceinline__ void SmLoadUnit(SmRaw<kFmt, kH>& r, const QParams& qp, const size_t (&row)[kH],
+                                           const bool (&valid)[kH], int q, int j) {
   const int u = q + 4 * j;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
+  for (int h = 0; h < kH; ++h) {
     if constexpr (kFmt == kFmtFp8) {
       const uint8_t* src = j < 8 ? qp.kv_lat8 + row[h] * kDl + u * 16 : qp.kv_rope8 + row[h] * kDr + (u - 32) * 16;
       r.u[h][j] = valid[h] ? __ldg(reinterpret_cast<const uint4*>(src)) : make_uint4(0, 0, 0, 0);
@@ -140,11 +145,11 @@ __device__ __forceinline__ void E2m1x4ToF16(uint32_t w, uint32_t& lo, uint32_t& 
 
 // Unit j of both tokens -> the f16 tile (element chunks 2u, 2u+1 of each token, u = q + 4j: block j).
 // Values are exact: E4M3 -> f16; E2M1 * E4M3 block scale has <= 6 significant bits in [2^-10, 2688].
-template <int kFmt>
-__device__ __forceinline__ void SmConvertUnit(uint16_t* dst, const SmRaw<kFmt>& r, int tok, int q, int j) {
+template <int kFmt, int kH>
+__device__ __forceinline__ void SmConvertUnit(uint16_t* dst, const SmRaw<kFmt, kH>& r, int tok, int q, int j) {
   const int u = q + 4 * j;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
+  for (int h = 0; h < kH; ++h) {
     uint32_t out[8];
     if constexpr (kFmt == kFmtFp8) {
       const uint4 raw = r.u[h][j];
@@ -214,9 +219,11 @@ __device__ __forceinline__ void SmQToF16(uint16_t* sQ, float* qs, int pt) {
 // math (waits for each tile, releases it): the producer alone; bit 2 (quantized pages): the producer
 // issues no global loads (converts whatever its registers hold): dequantization + math alone; bit 3: two
 // tiles of raw bytes in flight instead of one; bit 4: a producer-side proxy fence after each unit.
-template <bool kBf16, int kFmt = kFmtNative, int kNc = 1, int kVar = 0>
-__global__ void __launch_bounds__(128 * (kNc + 1), 1) mla_small_gh(Params p, Sched s, QParams qp) {
+template <bool kBf16, int kFmt = kFmtNative, int kNc = 1, int kNp = 1, int kVar = 0>
+__global__ void __launch_bounds__(128 * (kNc + kNp), 1) mla_small_gh(Params p, Sched s, QParams qp) {
   static_assert(kNc == 1 || kNc == 2, "one or two consumer warpgroups");
+  static_assert(kNp == 1 || (kNp == 2 && kFmt != kFmtNative), "two producer warpgroups dequantize; cp.async uses one");
+  constexpr int kH = 2 / kNp;  // tokens per producer thread
   constexpr bool kMathBf16 = kFmt == kFmtNative ? kBf16 : false;  // quantized pages: f16 tiles and Q
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
@@ -230,10 +237,10 @@ __global__ void __launch_bounds__(128 * (kNc + 1), 1) mla_small_gh(Params p, Sch
 
   if (threadIdx.x == 0) {
     for (int b = 0; b < 2; ++b) {
-      for (int c = 0; c < 9; ++c) MbarInit(&bars->full[b][c], 128);
+      for (int c = 0; c < 9; ++c) MbarInit(&bars->full[b][c], 128 * kNp);
       MbarInit(&bars->empty[b][0], 128);
     }
-    MbarInit(&bars->q_full, 128);
+    MbarInit(&bars->q_full, 128 * kNp);
     MbarInit(&bars->q_empty, 128 * kNc);
   }
   __syncthreads();
@@ -241,7 +248,7 @@ __global__ void __launch_bounds__(128 * (kNc + 1), 1) mla_small_gh(Params p, Sch
   const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
   const int2 range = s.part[blockIdx.x];
 
-  if (wg == kNc && kFmt != kFmtNative) {
+  if (wg >= kNc && kFmt != kFmtNative) {
     // ---------------- producer, quantized pages: load raw bytes kAhead tiles ahead, dequantize ----------------
     if constexpr (kFmt != kFmtNative) {
       // kSlots tiles of raw bytes in registers; each unit's registers are refilled with the unit of the tile
@@ -249,17 +256,21 @@ __global__ void __launch_bounds__(128 * (kNc + 1), 1) mla_small_gh(Params p, Sch
       // One slot measured best (H200, B=64): a second tile in flight made fp8 / nvfp4 no faster (the
       // dequantization, not the loads, sets the pace) and costs registers (spills with two consumers).
       constexpr int kSlots = 1 + ((kVar & 8) ? 1 : 0);
-      const int pt = threadIdx.x - 128 * kNc, tok = pt >> 2, q = pt & 3;
-      SmRaw<kFmt> raw[kSlots];
+      // Four warpgroups: registers move to the consumers (they start at 128 each, the budget of 512 threads).
+      if constexpr (kNc + kNp == 4) asm volatile("setmaxnreg.dec.sync.aligned.u32 96;\n");
+      const int pt = threadIdx.x - 128 * kNc, tok = pt >> 2, q = pt & 3;  // tokens tok + 32 h, h < kH
+      SmRaw<kFmt, kH> raw[kSlots];
       if constexpr ((kVar & 4) != 0)
 #pragma unroll
-        for (int d = 0; d < kSlots; ++d) raw[d] = SmRaw<kFmt>{};
+        for (int d = 0; d < kSlots; ++d) raw[d] = SmRaw<kFmt, kH>{};
       SmCursor ld{range.x, range.y, 0, 0, 0, 0, 0};
       ld.Settle(p, s);
       SmCursor cv = ld;
-      int pg[2] = {0, 0};
-      size_t row[2] = {0, 0};
-      bool lvalid[2] = {false, false};
+      int pg[kH];
+      size_t row[kH];
+      bool lvalid[kH];
+#pragma unroll
+      for (int h = 0; h < kH; ++h) pg[h] = 0, row[h] = 0, lvalid[h] = false;
       if (ld.valid()) SmTilePages(pg, p, ld, tok);
       // ld: the next tile to load; row / lvalid: its rows; pg: page ids of the tile after it (read ahead).
       auto prefetch_pages = [&]() {
@@ -269,7 +280,8 @@ __global__ void __launch_bounds__(128 * (kNc + 1), 1) mla_small_gh(Params p, Sch
       };
       auto advance = [&]() {
         ld.Next(p, s);
-        lvalid[0] = lvalid[1] = false;
+#pragma unroll
+        for (int h = 0; h < kH; ++h) lvalid[h] = false;
         if (ld.valid()) {
           SmTileRows(row, lvalid, p, ld, pg, tok);
           prefetch_pages();
@@ -285,7 +297,7 @@ __global__ void __launch_bounds__(128 * (kNc + 1), 1) mla_small_gh(Params p, Sch
         if (ld.valid()) {
           if constexpr ((kVar & 4) == 0)
 #pragma unroll
-            for (int j = 0; j < 9; ++j) SmLoadUnit<kFmt>(raw[d], qp, row, lvalid, q, j);
+            for (int j = 0; j < 9; ++j) SmLoadUnit<kFmt, kH>(raw[d], qp, row, lvalid, q, j);
           advance();
         }
       }
@@ -296,15 +308,15 @@ __global__ void __launch_bounds__(128 * (kNc + 1), 1) mla_small_gh(Params p, Sch
           if (!cv.valid()) break;
           if (cv.j == 0) {  // a new segment: its Q, rewritten as f16 with per-row scales
             if (sc >= 1) MbarWait(&bars->q_empty, (sc - 1) & 1);
-            for (int i = pt; i < kSmRows * kChunks; i += 128) {
+            for (int i = pt; i < kSmRows * kChunks; i += 128 * kNp) {
               const int r = i / kChunks, ch = i - r * kChunks;
               const bool valid = r < p.GH;
               const long long qrow = (long long)cv.b * p.GH + r;
               CpAsync16(sQ + Off16(r, ch), valid ? QChunk(p, qrow, ch) : p.q_lat, valid);
             }
             asm volatile("cp.async.wait_all;\n" ::: "memory");
-            NamedBarSync(3, 128);  // the whole Q tile has landed
-            SmQToF16<kBf16>(sQ, sQs, pt);
+            NamedBarSync(3, 128 * kNp);  // the whole Q tile has landed
+            if (pt < 128) SmQToF16<kBf16>(sQ, sQs, pt);
             MbarArrive(&bars->q_full);  // the consumer's proxy fence follows its first block wait
             ++sc;
           }
@@ -314,9 +326,9 @@ __global__ void __launch_bounds__(128 * (kNc + 1), 1) mla_small_gh(Params p, Sch
           const bool refill = ld.valid();
 #pragma unroll
           for (int j = 0; j < 9; ++j) {
-            if constexpr ((kVar & 1) == 0) SmConvertUnit<kFmt>(dst, raw[ph], tok, q, j);
+            if constexpr ((kVar & 1) == 0) SmConvertUnit<kFmt, kH>(dst, raw[ph], tok, q, j);
             if constexpr ((kVar & 4) == 0)
-              if (refill) SmLoadUnit<kFmt>(raw[ph], qp, row, lvalid, q, j);  // the tile kSlots ahead
+              if (refill) SmLoadUnit<kFmt, kH>(raw[ph], qp, row, lvalid, q, j);  // the tile kSlots ahead
             // No proxy fence here: the consumer fences after its acquire, as for cp.async-filled tiles (a
             // per-unit fence here also waited for the refill loads just issued: kVar bit 4 restores it).
             if constexpr ((kVar & 16) != 0) FenceProxyAsync();
@@ -330,7 +342,7 @@ __global__ void __launch_bounds__(128 * (kNc + 1), 1) mla_small_gh(Params p, Sch
     }
     return;
   }
-  if (wg == kNc) {
+  if (wg >= kNc) {
     // ---------------- producer (the seesaw's copy pattern, whole-buffer release) ----------------
     const int pt = threadIdx.x - 128 * kNc;
     const int cq = pt & 7, tg = pt >> 3;
@@ -370,6 +382,7 @@ __global__ void __launch_bounds__(128 * (kNc + 1), 1) mla_small_gh(Params p, Sch
   }
 
   // ---------------- consumers ----------------
+  if constexpr (kNc + kNp == 4) asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n");  // 2 x 96 + 2 x 160 = 4 x 128
   const int lane = threadIdx.x & 31, wi = (threadIdx.x >> 5) & 3, w = kNc == 2 ? wg : 0;
   const int ta = wi * 16 + (lane >> 2), tb = ta + 8;  // this thread's two token rows of S^T (and dims of O^T)
   const int tid = threadIdx.x & 127;
