@@ -423,6 +423,11 @@ int main(int argc, char** argv) {
         all &= RunChecked(c, d, scale, [&] {
           if (f == 0) Run<kSmallGh, kFmtFp8, 32 | 256>(d, qp); else Run<kSmallGh, kFmtNvfp4, 32 | 256>(d, qp);
         });
+        std::printf("%s small case %zu (B=%d G=%d H=%d P=%d), 2 consumers, 2 producers, two tiles in flight:\n", fnames[f], ci,
+                    cd.B, cd.G, cd.H, cd.P);
+        all &= RunChecked(c, d, scale, [&] {
+          if (f == 0) Run<kSmallGh, kFmtFp8, 32 | 256 | 8>(d, qp); else Run<kSmallGh, kFmtNvfp4, 32 | 256 | 8>(d, qp);
+        });
         FreeQuant(qp);
         Free(d);
       }
@@ -470,6 +475,16 @@ int main(int argc, char** argv) {
         for (int v = 0; v < 4; ++v)
           std::printf("qsmall B=%d G=1 H=16 %s %s: %.4f ms = %.2fx best bf16 (%.2f TB/s; producer alone %.4f)\n", B, fnames[f],
                       vn[v], t[v], bf / t[v], tok * bpt / t[v] / 1e9, po[v]);
+        float x[3];  // 2c2p: conversion alone (no loads, no math); two tiles in flight: whole, producer alone
+        if (f == 0) {
+          x[0] = TimeMs<kSmallGh, kFmtFp8, 32 | 256 | 2 | 4>(d, 10, qp, 1); x[1] = TimeMs<kSmallGh, kFmtFp8, 32 | 256 | 8>(d, 10, qp);
+          x[2] = TimeMs<kSmallGh, kFmtFp8, 32 | 256 | 8 | 2>(d, 10, qp, 1);
+        } else {
+          x[0] = TimeMs<kSmallGh, kFmtNvfp4, 32 | 256 | 2 | 4>(d, 10, qp, 1); x[1] = TimeMs<kSmallGh, kFmtNvfp4, 32 | 256 | 8>(d, 10, qp);
+          x[2] = TimeMs<kSmallGh, kFmtNvfp4, 32 | 256 | 8 | 2>(d, 10, qp, 1);
+        }
+        std::printf("qsmall B=%d G=1 H=16 %s 2c2p: conversion alone %.4f ms; two tiles in flight %.4f ms = %.2fx (producer alone %.4f)\n",
+                    B, fnames[f], x[0], x[1], bf / x[1], x[2]);
         FreeQuant(qp);
       }
       Free(d);

@@ -31,6 +31,13 @@ constexpr int kSmRows = 16;
 // (fp8 0.99 ms, nvfp4 1.14 ms; one producer: 1.13 / 1.76 ms; the dequantization sets the pace).
 __host__ __device__ constexpr int SmConsumers(int fmt) { return 2; }
 __host__ __device__ constexpr int SmProducers(int fmt) { return fmt == kFmtNative ? 1 : 2; }
+// setmaxnreg budgets with 2 consumers + 2 producers (512 threads start at 128 registers each). An increase
+// waits until others have released enough, so 2 x producer + 2 x consumer must not exceed 4 x 128.
+// kVar bit 3 (two tiles of raw bytes in flight) moves 8 more registers to the producers.
+__host__ __device__ constexpr int SmProdRegs(int var) { return (var & 8) ? 104 : 96; }
+__host__ __device__ constexpr int SmConsRegs(int var) { return (var & 8) ? 152 : 160; }
+static_assert(2 * SmProdRegs(0) + 2 * SmConsRegs(0) <= 512 && 2 * SmProdRegs(8) + 2 * SmConsRegs(8) <= 512,
+              "setmaxnreg budgets exceed the CTA's registers");
 constexpr int kSmQBytes = kSmRows * kD * 2;   // 18432: 9 blocks of [16 rows x 128 B]
 constexpr int kSmKvBytes = kTileElems * 2;    // 73728 per 64-token tile
 // Q, two KV tiles, P^T x 2, softmax exchange x 2, Q row factors, the two-consumer merge area, barriers.
@@ -257,7 +264,7 @@ __global__ void __launch_bounds__(128 * (kNc + kNp), 1) mla_small_gh(Params p, S
       // dequantization, not the loads, sets the pace) and costs registers (spills with two consumers).
       constexpr int kSlots = 1 + ((kVar & 8) ? 1 : 0);
       // Four warpgroups: registers move to the consumers (they start at 128 each, the budget of 512 threads).
-      if constexpr (kNc + kNp == 4) asm volatile("setmaxnreg.dec.sync.aligned.u32 96;\n");
+      if constexpr (kNc + kNp == 4) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(SmProdRegs(kVar)));
       const int pt = threadIdx.x - 128 * kNc, tok = pt >> 2, q = pt & 3;  // tokens tok + 32 h, h < kH
       SmRaw<kFmt, kH> raw[kSlots];
       if constexpr ((kVar & 4) != 0)
@@ -382,7 +389,7 @@ __global__ void __launch_bounds__(128 * (kNc + kNp), 1) mla_small_gh(Params p, S
   }
 
   // ---------------- consumers ----------------
-  if constexpr (kNc + kNp == 4) asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n");  // 2 x 96 + 2 x 160 = 4 x 128
+  if constexpr (kNc + kNp == 4) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(SmConsRegs(kVar)));
   const int lane = threadIdx.x & 31, wi = (threadIdx.x >> 5) & 3, w = kNc == 2 ? wg : 0;
   const int ta = wi * 16 + (lane >> 2), tb = ta + 8;  // this thread's two token rows of S^T (and dims of O^T)
   const int tid = threadIdx.x & 127;
