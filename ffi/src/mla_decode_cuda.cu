@@ -332,6 +332,17 @@ __device__ __forceinline__ float E4m3ToFloat(uint32_t v) {
   return __half2float(__ushort_as_half((unsigned short)(h & 0xFFFF)));
 }
 
+__device__ __forceinline__ uint32_t Prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+__device__ __forceinline__ uint32_t MulF16x2(uint32_t a, uint32_t b) {  // no .ftz: f16 subnormals kept
+  uint32_t d;
+  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
 // Two E2M1 codes (one byte, element 2k in the low nibble) times block scale sf -> two 16-bit values.
 // The 3 magnitude bits of a code, placed at f16 bits 9..11, read as an f16 equal to e2m1 * 2^-14
 // (code exponent 0 lands on the f16 subnormals, which is exactly E2M1's subnormal 0.5); one f16x2
@@ -341,8 +352,7 @@ template <bool kBf16>
 __device__ __forceinline__ uint32_t Fp4x2ToT(uint32_t byte, float sf) {
   const uint32_t lo = byte & 15u, hi = (byte >> 4) & 15u;
   const uint32_t bits = ((lo & 8u) << 12) | ((lo & 7u) << 9) | ((hi & 8u) << 28) | ((hi & 7u) << 25);
-  uint32_t h;
-  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(h) : "r"(bits), "r"(0x74007400u));
+  const uint32_t h = MulF16x2(bits, 0x74007400u);
   const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
   return Pack2<kBf16>(f.x * sf, f.y * sf);
 }

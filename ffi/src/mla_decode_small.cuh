@@ -122,22 +122,6 @@ __device__ __forceinline__ void SmLoadUnit(SmRaw<kFmt, kH>& r, const QParams& qp
   }
 }
 
-__device__ __forceinline__ uint32_t Prmt(uint32_t a, uint32_t b, uint32_t sel) {
-  uint32_t d;
-  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-  return d;
-}
-__device__ __forceinline__ uint32_t MulF16x2(uint32_t a, uint32_t b) {  // no .ftz: f16 subnormals kept
-  uint32_t d;
-  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-__device__ __forceinline__ uint32_t E4m3x2ToF16x2(uint32_t v16) {
-  uint32_t h;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"((unsigned short)(v16 & 0xFFFF)));
-  return h;
-}
-
 // Four E2M1 codes (low 16 bits of w; code i in nibble i) -> two f16x2 words, exact. E2M1 magnitudes as f16
 // have a zero low byte, so one byte permute looks the four high bytes up (prmt, 3-bit magnitude as selector);
 // a second permute with the whole nibble as selector (bit 3 = "replicate the byte's sign" mode) on 0x80
@@ -160,13 +144,13 @@ __device__ __forceinline__ void SmConvertUnit(uint16_t* dst, const SmRaw<kFmt, k
     uint32_t out[8];
     if constexpr (kFmt == kFmtFp8) {
       const uint4 raw = r.u[h][j];
-      out[0] = E4m3x2ToF16x2(raw.x); out[1] = E4m3x2ToF16x2(raw.x >> 16);
-      out[2] = E4m3x2ToF16x2(raw.y); out[3] = E4m3x2ToF16x2(raw.y >> 16);
-      out[4] = E4m3x2ToF16x2(raw.z); out[5] = E4m3x2ToF16x2(raw.z >> 16);
-      out[6] = E4m3x2ToF16x2(raw.w); out[7] = E4m3x2ToF16x2(raw.w >> 16);
+      out[0] = Fp8x2ToT<false>(raw.x); out[1] = Fp8x2ToT<false>(raw.x >> 16);
+      out[2] = Fp8x2ToT<false>(raw.y); out[3] = Fp8x2ToT<false>(raw.y >> 16);
+      out[4] = Fp8x2ToT<false>(raw.z); out[5] = Fp8x2ToT<false>(raw.z >> 16);
+      out[6] = Fp8x2ToT<false>(raw.w); out[7] = Fp8x2ToT<false>(raw.w >> 16);
     } else {
       const uint2 raw = r.u[h][j];
-      const uint32_t sf2 = E4m3x2ToF16x2(r.sf[h][j] * 0x101u);  // the block scale in both halves
+      const uint32_t sf2 = Fp8x2ToT<false>(r.sf[h][j] * 0x101u);  // the block scale in both halves
       E2m1x4ToF16(raw.x, out[0], out[1]);
       E2m1x4ToF16(raw.x >> 16, out[2], out[3]);
       E2m1x4ToF16(raw.y, out[4], out[5]);
