@@ -49,6 +49,16 @@ __device__ __forceinline__ int Off16(int row, int ch) {
   return (ch >> 3) * (kSmRows * 64) + row * 64 + (((ch & 7) ^ (row & 7)) << 3);
 }
 
+// Q rows of sequence b (rows >= G*H zero-filled) into the 16-row tile, cp.async by `nthreads` producer threads.
+__device__ __forceinline__ void SmLoadQ(uint16_t* sQ, const Params& p, int b, int pt, int nthreads) {
+  for (int i = pt; i < kSmRows * kChunks; i += nthreads) {
+    const int r = i / kChunks, ch = i - r * kChunks;
+    const bool valid = r < p.GH;
+    const long long qrow = (long long)b * p.GH + r;
+    CpAsync16(sQ + Off16(r, ch), valid ? QChunk(p, qrow, ch) : p.q_lat, valid);
+  }
+}
+
 template <bool kBf16, int kTA, int kTB>
 __device__ __forceinline__ void Wgmma16(float (&d)[2][4], uint64_t da, uint64_t db) {
   if constexpr (kBf16) Wgmma_m64n16_bf16<kTA, kTB>(d, da, db); else Wgmma_m64n16_f16<kTA, kTB>(d, da, db);
@@ -299,12 +309,7 @@ __global__ void __launch_bounds__(128 * (kNc + kNp), 1) mla_small_gh(Params p, S
           if (!cv.valid()) break;
           if (cv.j == 0) {  // a new segment: its Q, rewritten as f16 with per-row scales
             if (sc >= 1) MbarWait(&bars->q_empty, (sc - 1) & 1);
-            for (int i = pt; i < kSmRows * kChunks; i += 128 * kNp) {
-              const int r = i / kChunks, ch = i - r * kChunks;
-              const bool valid = r < p.GH;
-              const long long qrow = (long long)cv.b * p.GH + r;
-              CpAsync16(sQ + Off16(r, ch), valid ? QChunk(p, qrow, ch) : p.q_lat, valid);
-            }
+            SmLoadQ(sQ, p, cv.b, pt, 128 * kNp);
             asm volatile("cp.async.wait_all;\n" ::: "memory");
             NamedBarSync(3, 128 * kNp);  // the whole Q tile has landed
             if (pt < 128) SmQToF16<kBf16>(sQ, sQs, pt);
@@ -344,12 +349,7 @@ __global__ void __launch_bounds__(128 * (kNc + kNp), 1) mla_small_gh(Params p, S
       if (n <= 0) continue;
       const int len = SeqLen(p.bounds, b, p.G, p.cap);
       if (sc >= 1) MbarWait(&bars->q_empty, (sc - 1) & 1);
-      for (int i = pt; i < kSmRows * kChunks; i += 128) {
-        const int r = i / kChunks, ch = i - r * kChunks;
-        const bool valid = r < p.GH;
-        const long long qrow = (long long)b * p.GH + r;
-        CpAsync16(sQ + Off16(r, ch), valid ? QChunk(p, qrow, ch) : p.q_lat, valid);
-      }
+      SmLoadQ(sQ, p, b, pt, 128);
       CpAsyncMbarArrive(&bars->q_full);
       int pg_next[4];
       TilePages(p, b, blk0 * kTokTile, len, tg, pg_next);
