@@ -65,6 +65,16 @@ __device__ __forceinline__ void Wgmma16(float (&d)[2][4], uint64_t da, uint64_t 
 }
 
 // Raw bytes of one producer thread's units of one quantized tile: tokens tok and tok + 32, units q + 4j.
+// A warp's per-column values (after the shuffles, lanes 0..3 hold columns n8 * 8 + lane * 2 + e) -> its row
+// red[wi][16] of the 4-warp exchange.
+__device__ __forceinline__ void SmPutColumns(float* red, int wi, int lane, const float (&v)[2][2]) {
+  if (lane < 4)
+#pragma unroll
+    for (int n8 = 0; n8 < 2; ++n8)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) red[wi * 16 + n8 * 8 + lane * 2 + e] = v[n8][e];
+}
+
 // kH = tokens per producer thread (2 with one producer warpgroup, 1 with two).
 template <int kFmt, int kH>
 struct SmRaw;
@@ -470,11 +480,7 @@ __global__ void __launch_bounds__(128 * (kNc + kNp), 1) mla_small_gh(Params p, S
           cm[n8][e] = v;
         }
       float* red = myRed + (own & 1) * 64;  // [4 warps][16 rows], alternating so the next tile never overwrites
-      if (lane < 4)
-#pragma unroll
-        for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) red[wi * 16 + n8 * 8 + lane * 2 + e] = cm[n8][e];
+      SmPutColumns(red, wi, lane, cm);
       NamedBarSync(1 + w, 128);
       float al[2][2], mu[2][2];
 #pragma unroll
@@ -548,11 +554,7 @@ __global__ void __launch_bounds__(128 * (kNc + kNp), 1) mla_small_gh(Params p, S
         lt[n8][e] = v;
       }
     NamedBarSync(1 + w, 128);
-    if (lane < 4)
-#pragma unroll
-      for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) red[wi * 16 + n8 * 8 + lane * 2 + e] = lt[n8][e];
+    SmPutColumns(red, wi, lane, lt);
     NamedBarSync(1 + w, 128);
     float Lq[2][2];
 #pragma unroll
