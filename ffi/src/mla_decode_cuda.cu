@@ -875,8 +875,8 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
   cudaError_t err;
   if constexpr (kMode == kSmallGh) {
     // kVar bits 64 / 32 (standalone driver) force one / two consumer warpgroups, bits 128 / 256 one / two
-    // producer warpgroups (quantized pages); defaults SmConsumers / SmProducers.
-    constexpr int kNc = (kVar & 64) ? 1 : (kVar & 32) ? 2 : SmConsumers(kFmt);
+    // producer warpgroups (quantized pages); defaults kSmConsumers / SmProducers.
+    constexpr int kNc = (kVar & 64) ? 1 : (kVar & 32) ? 2 : kSmConsumers;
     constexpr int kNp = kFmt == kFmtNative ? 1 : (kVar & 128) ? 1 : (kVar & 256) ? 2 : SmProducers(kFmt);
     constexpr int kV = kVar & 31;
     if ((err = OptInSharedMemory(mla_small_gh<kBf16, kFmt, kNc, kNp, kV>, kSmSmemBytes, ready)) != cudaSuccess) return err;

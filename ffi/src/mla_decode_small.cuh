@@ -1,24 +1,23 @@
-// Split-KV kernel for G*H <= 16 query rows (HELIX_MLA_DECODE_KERNEL=small; experimental). Included by
-// mla_decode_cuda.cu after mla_decode_seesaw.cuh (reuses its mbarrier helpers and the SsBars layout).
+// Split-KV kernel for G*H <= 16 query rows (HELIX_MLA_DECODE_KERNEL=auto|small, HELIX_MLA_DECODE_DEQUANT=auto|small).
+// Included by mla_decode_cuda.cu after mla_decode_seesaw.cuh (reuses its mbarrier helpers and the SsBars layout).
 //
 // With few query rows a 64-row tile is 3/4 padding, so the math runs transposed with the 64 tokens of a KV
 // tile as the wgmma M dimension: S^T[64 tok, 16 rows] = K Q^T (A = the K tile, K-major; B = Q, 16 rows) and
 // O^T[512, 16] += V^T P^T (A = the same tile read MN-major, 8 x m64 blocks of latent dims; B = P^T [16 rows,
-// 64 tokens] in shared memory). A quarter of the padded kernel's tensor work, so the KV loads set the pace.
-// One consumer warpgroup walks the tiles in order (one tile in math while the next loads), the softmax is
-// per column (query row): max / sum over the 64 tokens through a warp shuffle and a 4-warp exchange.
-// The producer warpgroup is the seesaw's (cp.async, per-block full barriers); a buffer is released whole.
+// 64 tokens] in shared memory). A quarter of the padded kernel's tensor work. Two consumer warpgroups take
+// alternate tiles (see mla_small_gh); the softmax is per column (query row): max / sum over the 64 tokens
+// through a warp shuffle and a 4-warp exchange. For 16-bit pages the producer warpgroup is the seesaw's
+// (cp.async, per-block full barriers); a buffer is released whole.
 //
-// Quantized pages (kFmt = fp8 / nvfp4; the default where G*H <= 16): the producer dequantizes. Each
-// producer thread keeps the raw bytes of its 2 tokens x 9 units (fp8: 16 codes; nvfp4: 8 code bytes + a
-// block scale) for the next one (fp8) or two (nvfp4) tiles in registers: plain global loads issued ahead,
-// page ids read a tile before that, so about a tile of bytes is always in flight. It converts a tile to
-// exact f16 code values (E4M3: one cvt per pair; E2M1: byte-permute lookup times the block scale) into
-// the same 64-token KV buffer the bf16 kernel uses, and arrives on each 64-column block's barrier as soon as
-// its part of that block is written. The math runs in f16 (E2M1 * scale and E4M3 are exact in f16; bf16
-// would need two more conversions per pair): the producer rewrites each segment's Q tile as f16 with a
-// power-of-two scale per row, folded with the per-tensor KV scale into the logit factor; the output takes
-// 1 / kv_scale. KV bytes per tile: fp8 36 KB, nvfp4 20 KB, against 72 KB of bf16.
+// Quantized pages (kFmt = fp8 / nvfp4): two producer warpgroups dequantize. Each producer thread keeps the
+// raw bytes of its token's 9 units (fp8: 16 codes; nvfp4: 8 code bytes + a block scale) of the next tile in
+// registers: plain global loads, each unit refilled right after it is converted, page ids read a tile before
+// that. It converts to exact f16 code values (E4M3: one cvt per pair; E2M1: byte-permute lookup times the
+// block scale) into the same 64-token KV buffer the bf16 kernel uses, and arrives on each 64-column block's
+// barrier as soon as its part of that block is written. The math runs in f16 (E2M1 * scale and E4M3 are
+// exact in f16; bf16 would need two more conversions per pair): the producers rewrite each segment's Q tile
+// as f16 with a power-of-two scale per row, folded with the per-tensor KV scale into the logit factor; the
+// output takes 1 / kv_scale. KV bytes per tile: fp8 36 KB, nvfp4 20 KB, against 72 KB of bf16.
 #pragma once
 
 namespace helix_ffi {
@@ -26,10 +25,10 @@ namespace {
 
 constexpr int kSmRows = 16;
 // Warpgroups of the default build (see mla_small_gh), measured on the H200 at H=16, G=1, L=64K, B=64
-// (benchmarks/results/logs_2026-11-30/standalone_qsmall_np.log): 16-bit pages, 2 consumers + the cp.async
+// (benchmarks/results/logs_2026-11-30/s3_standalone_qsmall_producers.log): 16-bit pages, 2 consumers + the cp.async
 // producer (1.11 ms vs 1.18 with one consumer); quantized pages, 2 consumers + 2 dequantizing producers
 // (fp8 0.99 ms, nvfp4 1.14 ms; one producer: 1.13 / 1.76 ms; the dequantization sets the pace).
-__host__ __device__ constexpr int SmConsumers(int fmt) { return 2; }
+constexpr int kSmConsumers = 2;
 __host__ __device__ constexpr int SmProducers(int fmt) { return fmt == kFmtNative ? 1 : 2; }
 // setmaxnreg budgets with 2 consumers + 2 producers (512 threads start at 128 registers each). An increase
 // waits until others have released enough, so 2 x producer + 2 x consumer must not exceed 4 x 128.
