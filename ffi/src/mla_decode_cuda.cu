@@ -14,7 +14,8 @@
 // Only slots < max_g bound of a sequence are read, only through its page table; zero-filled otherwise.
 //
 // Quantized pages (targets helix_mla_decode_fp8 / helix_mla_decode_nvfp4; layouts of helix_jax/quant.py):
-// the same kernel, templated on the KV format. A 64-token tile's raw bytes (fp8: 576 B/token; nvfp4:
+// where G*H <= 16 the small-G*H kernel of mla_decode_small.cuh (its producers dequantize); otherwise the
+// same kernel as below, templated on the KV format. A 64-token tile's raw bytes (fp8: 576 B/token; nvfp4:
 // 288 B of packed E2M1 codes + 36 E4M3 block scales, staged at 336 B/token) stream through a cp.async
 // double buffer that occupies the bf16 kernel's second KV tile; at the top of each iteration all 256
 // threads dequantize the staged tile into the (single) 16-bit KV tile in the wgmma layout, while the
