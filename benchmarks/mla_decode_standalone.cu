@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 using namespace helix_ffi;
@@ -407,27 +408,20 @@ int main(int argc, char** argv) {
         QHost qh = MakeQuant(c, f == 0 ? kFmtFp8 : kFmtNvfp4, 17 + f);
         Dev d = Upload(c, scale);
         QParams qp = UploadQuant(qh);
-        std::printf("%s small case %zu (B=%d G=%d H=%d P=%d), 1 consumer:\n", fnames[f], ci, cd.B, cd.G, cd.H, cd.P);
-        all &= RunChecked(c, d, scale, [&] {
-          if (f == 0) Run<kSmallGh, kFmtFp8, 64>(d, qp); else Run<kSmallGh, kFmtNvfp4, 64>(d, qp);
-        });
-        std::printf("%s small case %zu (B=%d G=%d H=%d P=%d), 2 consumers:\n", fnames[f], ci, cd.B, cd.G, cd.H, cd.P);
-        all &= RunChecked(c, d, scale, [&] {
-          if (f == 0) Run<kSmallGh, kFmtFp8, 32>(d, qp); else Run<kSmallGh, kFmtNvfp4, 32>(d, qp);
-        });
-        std::printf("%s small case %zu (B=%d G=%d H=%d P=%d), 1 consumer, 2 producers:\n", fnames[f], ci, cd.B, cd.G, cd.H, cd.P);
-        all &= RunChecked(c, d, scale, [&] {
-          if (f == 0) Run<kSmallGh, kFmtFp8, 64 | 256>(d, qp); else Run<kSmallGh, kFmtNvfp4, 64 | 256>(d, qp);
-        });
-        std::printf("%s small case %zu (B=%d G=%d H=%d P=%d), 2 consumers, 2 producers:\n", fnames[f], ci, cd.B, cd.G, cd.H, cd.P);
-        all &= RunChecked(c, d, scale, [&] {
-          if (f == 0) Run<kSmallGh, kFmtFp8, 32 | 256>(d, qp); else Run<kSmallGh, kFmtNvfp4, 32 | 256>(d, qp);
-        });
-        std::printf("%s small case %zu (B=%d G=%d H=%d P=%d), 2 consumers, 2 producers, two tiles in flight:\n", fnames[f], ci,
-                    cd.B, cd.G, cd.H, cd.P);
-        all &= RunChecked(c, d, scale, [&] {
-          if (f == 0) Run<kSmallGh, kFmtFp8, 32 | 256 | 8>(d, qp); else Run<kSmallGh, kFmtNvfp4, 32 | 256 | 8>(d, qp);
-        });
+        // Every variant the timings below run (kVar bits: 64 / 32 = 1 / 2 consumers, 128 / 256 = 1 / 2
+        // producers, 8 = two raw tiles in flight).
+        auto check = [&](auto var, const char* what) {
+          constexpr int kV = decltype(var)::value;
+          std::printf("%s small case %zu (B=%d G=%d H=%d P=%d), %s:\n", fnames[f], ci, cd.B, cd.G, cd.H, cd.P, what);
+          all &= RunChecked(c, d, scale, [&] {
+            if (f == 0) Run<kSmallGh, kFmtFp8, kV>(d, qp); else Run<kSmallGh, kFmtNvfp4, kV>(d, qp);
+          });
+        };
+        check(std::integral_constant<int, 64 | 128>{}, "1 consumer, 1 producer");
+        check(std::integral_constant<int, 32 | 128>{}, "2 consumers, 1 producer");
+        check(std::integral_constant<int, 64 | 256>{}, "1 consumer, 2 producers");
+        check(std::integral_constant<int, 32 | 256>{}, "2 consumers, 2 producers");
+        check(std::integral_constant<int, 32 | 256 | 8>{}, "2 consumers, 2 producers, two tiles in flight");
         FreeQuant(qp);
         Free(d);
       }
