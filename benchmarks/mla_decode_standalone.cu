@@ -453,30 +453,23 @@ int main(int argc, char** argv) {
       for (int f = 0; f < 2; ++f) {
         QParams qp = QuantTiming(d, f == 0 ? kFmtFp8 : kFmtNvfp4);
         const int bpt = f == 0 ? 576 : 324;
-        float t[4], po[4];  // 1c1p, 2c1p, 1c2p, 2c2p: whole call; producer alone
-        if (f == 0) {
-          t[0] = TimeMs<kSmallGh, kFmtFp8, 64 | 128>(d, 10, qp); po[0] = TimeMs<kSmallGh, kFmtFp8, 64 | 128 | 2>(d, 10, qp, 1);
-          t[1] = TimeMs<kSmallGh, kFmtFp8, 32 | 128>(d, 10, qp); po[1] = TimeMs<kSmallGh, kFmtFp8, 32 | 128 | 2>(d, 10, qp, 1);
-          t[2] = TimeMs<kSmallGh, kFmtFp8, 64 | 256>(d, 10, qp); po[2] = TimeMs<kSmallGh, kFmtFp8, 64 | 256 | 2>(d, 10, qp, 1);
-          t[3] = TimeMs<kSmallGh, kFmtFp8, 32 | 256>(d, 10, qp); po[3] = TimeMs<kSmallGh, kFmtFp8, 32 | 256 | 2>(d, 10, qp, 1);
-        } else {
-          t[0] = TimeMs<kSmallGh, kFmtNvfp4, 64 | 128>(d, 10, qp); po[0] = TimeMs<kSmallGh, kFmtNvfp4, 64 | 128 | 2>(d, 10, qp, 1);
-          t[1] = TimeMs<kSmallGh, kFmtNvfp4, 32 | 128>(d, 10, qp); po[1] = TimeMs<kSmallGh, kFmtNvfp4, 32 | 128 | 2>(d, 10, qp, 1);
-          t[2] = TimeMs<kSmallGh, kFmtNvfp4, 64 | 256>(d, 10, qp); po[2] = TimeMs<kSmallGh, kFmtNvfp4, 64 | 256 | 2>(d, 10, qp, 1);
-          t[3] = TimeMs<kSmallGh, kFmtNvfp4, 32 | 256>(d, 10, qp); po[3] = TimeMs<kSmallGh, kFmtNvfp4, 32 | 256 | 2>(d, 10, qp, 1);
-        }
+        // kVar as in the checks above; part 1 = main kernel only (the probes time no schedule / combine).
+        auto time = [&](auto var, int part = 0) {
+          constexpr int kV = decltype(var)::value;
+          return f == 0 ? TimeMs<kSmallGh, kFmtFp8, kV>(d, 10, qp, part) : TimeMs<kSmallGh, kFmtNvfp4, kV>(d, 10, qp, part);
+        };
+        using std::integral_constant;
+        const float t[4] = {time(integral_constant<int, 64 | 128>{}), time(integral_constant<int, 32 | 128>{}),
+                            time(integral_constant<int, 64 | 256>{}), time(integral_constant<int, 32 | 256>{})};
+        const float po[4] = {time(integral_constant<int, 64 | 128 | 2>{}, 1), time(integral_constant<int, 32 | 128 | 2>{}, 1),
+                             time(integral_constant<int, 64 | 256 | 2>{}, 1), time(integral_constant<int, 32 | 256 | 2>{}, 1)};
         const char* vn[4] = {"1c1p", "2c1p", "1c2p", "2c2p"};
         for (int v = 0; v < 4; ++v)
           std::printf("qsmall B=%d G=1 H=16 %s %s: %.4f ms = %.2fx best bf16 (%.2f TB/s; producer alone %.4f)\n", B, fnames[f],
                       vn[v], t[v], bf / t[v], tok * bpt / t[v] / 1e9, po[v]);
-        float x[3];  // 2c2p: conversion alone (no loads, no math); two tiles in flight: whole, producer alone
-        if (f == 0) {
-          x[0] = TimeMs<kSmallGh, kFmtFp8, 32 | 256 | 2 | 4>(d, 10, qp, 1); x[1] = TimeMs<kSmallGh, kFmtFp8, 32 | 256 | 8>(d, 10, qp);
-          x[2] = TimeMs<kSmallGh, kFmtFp8, 32 | 256 | 8 | 2>(d, 10, qp, 1);
-        } else {
-          x[0] = TimeMs<kSmallGh, kFmtNvfp4, 32 | 256 | 2 | 4>(d, 10, qp, 1); x[1] = TimeMs<kSmallGh, kFmtNvfp4, 32 | 256 | 8>(d, 10, qp);
-          x[2] = TimeMs<kSmallGh, kFmtNvfp4, 32 | 256 | 8 | 2>(d, 10, qp, 1);
-        }
+        // 2c2p: conversion alone (no loads, no math); two tiles in flight: whole, producer alone
+        const float x[3] = {time(integral_constant<int, 32 | 256 | 2 | 4>{}, 1), time(integral_constant<int, 32 | 256 | 8>{}),
+                            time(integral_constant<int, 32 | 256 | 8 | 2>{}, 1)};
         std::printf("qsmall B=%d G=1 H=16 %s 2c2p: conversion alone %.4f ms; two tiles in flight %.4f ms = %.2fx (producer alone %.4f)\n",
                     B, fnames[f], x[0], x[1], bf / x[1], x[2]);
         FreeQuant(qp);
