@@ -3,9 +3,12 @@
 For T = B*G query tokens in {1, 8, 64, 512} (G = 4 where B*G allows), H = 128 heads, bf16, each rank
 holding its 1/cp of L = 64K tokens per sequence:
 
-  * exchange = sanitize+pack -> all-to-all -> combine, per variant: ``ffi`` (custom calls), ``packed``
+  * exchange = sanitize+pack -> all-to-all -> combine, per variant: ``ffi_peer`` (the default on GPU:
+    custom call ``helix_pack_all_to_all``, sanitize + pack stored straight into the peer's buffer over
+    NVLink, then ``helix_combine``), ``ffi`` (custom calls around ``lax.all_to_all`` = NCCL), ``packed``
     (same one-payload layout in jnp), ``unpacked`` (two all-to-alls, split on a non-leading axis);
-    split into its kernels (pack / all-to-all / combine / other);
+    split into its kernels (pack / all-to-all / combine / other; the peer kernel counts as all-to-all,
+    its pack included);
   * the all-to-all bandwidth (bytes leaving a rank / all-to-all kernel time) against the link;
   * the combine kernel's bandwidth against an elementwise copy of the same bytes;
   * the per-rank bf16 decode of the same step (``ops.mla_decode``, best backend available);
@@ -64,7 +67,7 @@ def _classify(name: str) -> str:
         return "pack"
     if "combinekernel" in n:
         return "combine"
-    if "nccl" in n or "all_to_all" in n or "alltoall" in n:
+    if "nccl" in n or "all_to_all" in n or "alltoall" in n:       # PackAllToAllKernel (peer) included
         return "a2a"
     if "mla_" in n:
         return "decode"
@@ -124,12 +127,17 @@ def exchange_fn(mesh, variant, chain: int):
     one's output (steady state: the first all-to-all absorbs the devices' launch skew). Every
     output is returned so no part of any exchange can be dead code."""
     cp = int(mesh.shape["cp"])
+    groups = ex.peer_groups(mesh, "cp")
 
     def one(o, l, m):
         if variant == "unpacked":
             return exchange_and_combine_unpacked(o, l, m, axis_name="cp", cp_size=cp)
+        if variant == "ffi_peer":
+            return exchange_and_combine(o, l, m, axis_name="cp", cp_size=cp, implementation="ffi", transport="peer",
+                                        peer_groups=groups)
         impl = "ffi" if variant == "ffi" else "reference"
-        return exchange_and_combine(o, l, m, axis_name="cp", cp_size=cp, implementation=impl)
+        return exchange_and_combine(o, l, m, axis_name="cp", cp_size=cp, implementation=impl,
+                                    transport="collective")
 
     def body(o, l, m):
         o, l, m = o[0], l[0], m[0]                               # [B, G, H, D], [B, G, H], [B, G]
@@ -138,6 +146,8 @@ def exchange_fn(mesh, variant, chain: int):
             out, lo = one(o, l, m)
             outs.append((out, lo))
             l = l + _dep(lo, l)
+            if variant == "unpacked":   # its data all-to-all reads only o: XLA would hoist it out of the chain
+                o = o + _dep(lo, o)
         return outs
 
     spec = (P(None, None, "cp"), P(None, None, "cp"))
@@ -145,10 +155,11 @@ def exchange_fn(mesh, variant, chain: int):
                                  check_vma=False))
 
 
-def step_fn(mesh, *, page_size, softmax_scale, decode_impl, exchange_impl, chain: int):
+def step_fn(mesh, *, page_size, softmax_scale, decode_impl, exchange_impl, chain: int, transport=None):
     """``chain`` per-rank Helix steps without the append (metadata -> bounded decode -> exchange),
     chained through the queries so they run back to back."""
     cp = int(mesh.shape["cp"])
+    groups = ex.peer_groups(mesh, "cp")
 
     def one(c, k, table, ql, qr, pos):
         rank = jax.lax.axis_index("cp")
@@ -156,7 +167,8 @@ def step_fn(mesh, *, page_size, softmax_scale, decode_impl, exchange_impl, chain
         o, lse = mla_decode(ql, qr, (c, k), table[0], kv_bounds=meta.kv_bounds, softmax_scale=softmax_scale,
                             implementation=decode_impl)
         return exchange_and_combine(o, lse, meta.kv_bounds == 0, axis_name="cp", cp_size=cp,
-                                    implementation=exchange_impl)
+                                    implementation=exchange_impl, transport=transport if cp > 1 else None,
+                                    peer_groups=groups)
 
     def body(c, k, table, ql, qr, pos):
         outs = []
@@ -275,7 +287,8 @@ def main(argv=None):
     ap.add_argument("--chain", type=int, default=16, help="exchanges chained per timed program")
     ap.add_argument("--step-chain", type=int, default=3, help="steps chained per timed program")
     ap.add_argument("--decode", default=None, help="decode backend (default: ffi, else pallas, else reference)")
-    ap.add_argument("--variants", default=None, help="comma list of ffi,packed,unpacked (default: all available)")
+    ap.add_argument("--variants", default=None,
+                    help="comma list of ffi_peer,ffi,packed,unpacked (default: all available)")
     ap.add_argument("--exchange-only", action="store_true", help="only the exchange variants (no decode/step)")
     ap.add_argument("--label", default="", help="suffix of the result files, e.g. memcpy for an XLA-flag variant")
     ap.add_argument("--check", action="store_true", help="also check cp vs cp=1 vs float64 (ffi backends)")
@@ -288,8 +301,12 @@ def main(argv=None):
     scale = 1 / math.sqrt(192.0)
     dec = a.decode or decode_backend()
     exch = ex.resolve(None)
-    variants = ("ffi", "packed", "unpacked") if ex.api._backend_module("ffi").availability(jax.default_backend())[0] \
-        else ("packed", "unpacked")
+    ffi_mod = ex.api._backend_module("ffi")
+    variants = ("packed", "unpacked")
+    if ffi_mod.availability(jax.default_backend())[0]:
+        variants = ("ffi",) + variants
+        if ffi_mod.peer_availability(jax.default_backend())[0]:
+            variants = ("ffi_peer",) + variants
     if a.variants:
         variants = tuple(v for v in a.variants.split(",") if v in variants)
     devs = jax.devices()
@@ -300,7 +317,7 @@ def main(argv=None):
     for t in tokens:
         b, g = GROUP_FOR_T[t]
         res, payload = bench_exchange(mesh_cp, t, a.heads, dtype, a.reps, a.wall_n, variants, a.chain)
-        main_v = next((v for v in ("ffi", "packed", "unpacked") if res.get(v, {}).get("kernel_ms")
+        main_v = next((v for v in ("ffi_peer", "ffi", "packed", "unpacked") if res.get(v, {}).get("kernel_ms")
                        or res.get(v, {}).get("wall_ms")), None)
         if main_v is None:
             print(f"T={t}: no exchange variant ran", flush=True)
@@ -323,7 +340,8 @@ def main(argv=None):
             try:
                 args = step_inputs(mesh, b, g, a.heads, seq_len, a.page_size, dtype, seed=100 + t)
                 f = step_fn(mesh, page_size=a.page_size, softmax_scale=scale, decode_impl=dec, exchange_impl=exch,
-                            chain=a.step_chain)
+                            chain=a.step_chain,
+                            transport="peer" if main_v == "ffi_peer" and exch == "ffi" else "collective")
                 k_ms, k_parts = kernel_time(f, *args, devices=c, reps=a.reps, per=a.step_chain)
                 steps[c] = {"kernel_ms": k_ms, "parts_ms": k_parts,
                             "wall_ms": wall_time(f, *args, n=a.wall_n, per=a.step_chain)}
@@ -403,15 +421,23 @@ def markdown(doc):
         lines.append(f"| {r['cp']} | {r['T']} | {r['B']}×{r['G']} | {r['L']} | {_f(r['exchange_ms'])} | "
                      f"{_f(r['step_ms'], '{:.3f}')} | {_f(r['exchange_share'], '{:.1%}')} | {link} | "
                      f"{_f(r.get('combine_gb_per_s'), '{:.0f}')} | {_f(r.get('speedup_cp_vs_1'), '{:.2f}x')} |")
-    lines += ["", "Exchange variants (kernel ms per device): `ffi` custom calls, `packed` jnp one-payload, "
-              "`unpacked` two all-to-alls on a non-leading axis.", "",
-              "| T | " + " | ".join(v for v in ("ffi", "packed", "unpacked")) + " |", "|---|---|---|---|"]
+    names = ("ffi_peer", "ffi", "packed", "unpacked")
+    lines += ["", "Exchange variants (kernel ms per device; a2a GB/s = bytes leaving a rank / all-to-all kernel "
+              "time, the peer kernel's pack included): `ffi_peer` sanitize+pack stored straight into the peer "
+              "over NVLink + FFI combine, `ffi` FFI pack + `lax.all_to_all` (NCCL) + FFI combine, `packed` jnp "
+              "one-payload, `unpacked` two all-to-alls on a non-leading axis.", "",
+              "| T | " + " | ".join(names) + " | " + " | ".join(f"{k} a2a GB/s" for k in names[:2]) + " |",
+              "|---|" + "---|" * (len(names) + 2)]
     for r in doc["records"]:
         if "exchange_variants" in r:
             v = r["exchange_variants"]
             key = "kernel_ms" if doc["timing"].startswith("CUPTI") else "wall_ms"
-            lines.append(f"| {r['T']} | " + " | ".join(_f(v[k][key]) if k in v else "–"
-                                                       for k in ("ffi", "packed", "unpacked")) + " |")
+            sent = r["payload_bytes_per_rank"] * (r["cp"] - 1) / r["cp"]
+            gbs = [(sent / (v[k]["parts_ms"]["a2a"] * 1e-3) / 1e9) if k in v and v[k].get("parts_ms", {}).get("a2a")
+                   else None for k in names[:2]]
+            lines.append(f"| {r['T']} | " + " | ".join(_f(v[k][key]) if k in v else "–" for k in names) + " | "
+                         + " | ".join(_f(g, "{:.0f}") + (f" ({g / doc['nvlink_gb_per_s_each_way']:.0%})" if g else "")
+                                      for g in gbs) + " |")
     if "check" in doc:
         lines += ["", f"Correctness (bf16, relative L2): {doc['check']}"]
     return "\n".join(lines) + "\n"

@@ -49,12 +49,14 @@ def exchange_and_combine_unpacked(partial_out, lse, zero_kv_mask, *, axis_name: 
 
 
 def exchange_and_combine(partial_out, lse, zero_kv_mask, *, axis_name: str, cp_size: int,
-                         implementation=None):
+                         implementation=None, transport=None, peer_groups=None):
     """Sanitize -> all-to-all -> combine. Returns this rank's ``[B, G, Hc, D]`` and ``[B, G, Hc]``.
 
     One all-to-all of a head-group-first payload that carries the LSE beside the data
     (:mod:`helix_jax.ops.exchange`); ``implementation``: ``None`` (ffi on GPU, jnp on CPU),
-    ``"ffi"`` or ``"reference"``.
+    ``"ffi"`` or ``"reference"``; ``transport``: ``None``, ``"collective"`` (``lax.all_to_all``) or
+    ``"peer"`` (stores straight into the peers' buffers; needs ``peer_groups``, see
+    :func:`helix_jax.ops.exchange.peer_groups`).
     """
     return _packed_exchange(partial_out, lse, zero_kv_mask, axis_name=axis_name, cp_size=cp_size,
-                            implementation=implementation)
+                            implementation=implementation, transport=transport, peer_groups=peer_groups)

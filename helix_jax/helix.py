@@ -15,6 +15,7 @@ from jax.sharding import PartitionSpec as P
 from . import ledger
 from .cache import HelixMLACache, MLAPages, append_kv, LATENT_DIM, ROPE_DIM
 from .exchange import exchange_and_combine
+from .ops.exchange import peer_groups
 from .ops.mla_decode import mla_decode
 
 __all__ = ["helix_mla_attention", "helix_attention_local"]
@@ -31,30 +32,37 @@ def _exchange_implementation(decode_implementation):
 
 def helix_attention_local(pages: MLAPages, page_table, q_latent, q_rope, c_latent_new, k_rope_new,
                           positions, *, axis_name: str, cp_size: int, page_size: int,
-                          softmax_scale, implementation=None):
-    """The per-rank body (call inside ``shard_map``). Returns ``(out [B,G,Hc,D], lse [B,G,Hc], pages)``."""
+                          softmax_scale, implementation=None, exchange_transport=None, peer_groups=None):
+    """The per-rank body (call inside ``shard_map``). Returns ``(out [B,G,Hc,D], lse [B,G,Hc], pages)``.
+
+    ``exchange_transport`` / ``peer_groups``: the all-to-all transport (``ops.exchange``; the peer
+    transport needs ``peer_groups = ops.exchange.peer_groups(mesh, axis_name)``).
+    """
     rank = jax.lax.axis_index(axis_name)
     meta = ledger.verify_metadata(positions, rank, page_size=page_size, cp_size=cp_size)
     pages = append_kv(pages, page_table, meta.local_slots, c_latent_new, k_rope_new)
     o, lse = mla_decode(q_latent, q_rope, pages, page_table, kv_bounds=meta.kv_bounds,
                         softmax_scale=softmax_scale, implementation=implementation)
     out, lse = exchange_and_combine(o, lse, meta.kv_bounds == 0, axis_name=axis_name, cp_size=cp_size,
-                                    implementation=_exchange_implementation(implementation))
+                                    implementation=_exchange_implementation(implementation),
+                                    transport=exchange_transport, peer_groups=peer_groups)
     return out, lse, pages
 
 
-@functools.partial(jax.jit, static_argnames=("mesh", "axis_name", "page_size", "softmax_scale", "implementation"))
+@functools.partial(jax.jit, static_argnames=("mesh", "axis_name", "page_size", "softmax_scale", "implementation",
+                                             "exchange_transport"))
 def _step(pages, table, q_latent, q_rope, c_new, k_new, positions, *, mesh, axis_name,
-          page_size, softmax_scale, implementation):
+          page_size, softmax_scale, implementation, exchange_transport):
     # pages: the cache's global pages tuple of any KV format; every leaf is sharded over cp.
     cp = int(mesh.shape[axis_name])
     a = axis_name
+    groups = peer_groups(mesh, axis_name)
 
     def body(pages, table, q_latent, q_rope, c_new, k_new, positions):
         return helix_attention_local(
             pages, table[0], q_latent, q_rope, c_new, k_new, positions,
             axis_name=a, cp_size=cp, page_size=page_size, softmax_scale=softmax_scale,
-            implementation=implementation)
+            implementation=implementation, exchange_transport=exchange_transport, peer_groups=groups)
 
     out, lse, pages = jax.shard_map(
         body, mesh=mesh,
@@ -106,7 +114,7 @@ def _validate(cache, q_latent, q_rope, c_latent_new, k_rope_new, positions):
 
 
 def helix_mla_attention(cache: HelixMLACache, q_latent, q_rope, c_latent_new, k_rope_new, positions, *,
-                        softmax_scale, implementation=None):
+                        softmax_scale, implementation=None, exchange_transport=None):
     """One Helix verify-group attention step on the cache's ``cp`` mesh.
 
     Args:
@@ -115,6 +123,8 @@ def helix_mla_attention(cache: HelixMLACache, q_latent, q_rope, c_latent_new, k_
       c_latent_new: ``[B, G, 512]``, k_rope_new: ``[B, G, 64]`` KV rows of the group's tokens.
       positions: ``[B, G]`` consecutive global positions ``p0 + j``.
       softmax_scale: logit scale; implementation: per-rank decode backend (see ``ops.mla_decode``).
+      exchange_transport: all-to-all transport (``ops.exchange``): ``None`` (peer stores on GPU with
+        the ffi backend in one process, else ``lax.all_to_all``), ``"collective"`` or ``"peer"``.
 
     Returns:
       ``(out [B, G, H, 512], lse [B, G, H], cache)``: ``out``/``lse`` head-sharded over cp; equal to
@@ -130,5 +140,6 @@ def helix_mla_attention(cache: HelixMLACache, q_latent, q_rope, c_latent_new, k_
     out, lse, pages = _step(
         cache.pages, cache.page_table, q_latent, q_rope, c_latent_new, k_rope_new,
         positions.astype(jnp.int32), mesh=cache.mesh, axis_name=cache.axis_name,
-        page_size=cache.page_size, softmax_scale=scale, implementation=implementation)
+        page_size=cache.page_size, softmax_scale=scale, implementation=implementation,
+        exchange_transport=exchange_transport)
     return out, lse, cache.with_pages(pages)

@@ -208,13 +208,15 @@ def _attention_partials(rng, cp, t, h, dtype, *, empty_rank_tokens):
     return o.astype(_np_dtype(dtype)), lse.astype(np.float32), mask, want
 
 
-def _run_exchange(impl, dtype, rng, cp, b, g, h, devices=None):
+def _run_exchange(impl, dtype, rng, cp, b, g, h, devices=None, transport=None):
     t = b * g
     o, lse, mask, want = _attention_partials(rng, cp, t, h, dtype, empty_rank_tokens=range(0, t, 2))
     mesh = make_cp_mesh(cp, devices=devices)
+    groups = ex.peer_groups(mesh, "cp")
 
     def body(o, lse, mask):
-        out, l = ex.exchange(o[0], lse[0], mask[0], axis_name="cp", cp_size=cp, implementation=impl)
+        out, l = ex.exchange(o[0], lse[0], mask[0], axis_name="cp", cp_size=cp, implementation=impl,
+                             transport=transport, peer_groups=groups)
         return out, l
 
     f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("cp"), P("cp"), P("cp")),
@@ -272,6 +274,138 @@ def test_helix_mla_attention_ffi_matches_dense(rng):
     np.testing.assert_allclose(np.asarray(out, np.float64), want, atol=2e-5, rtol=2e-5)
 
 
+# ------------------------------------------------------------------------------- peer transport
+def _peer_vs_collective(mesh, dtype, rng, t, h, mask_rank=None, calls=1):
+    """Peer transport vs lax.all_to_all of the reference payload on ``mesh`` (axis ``cp``, maybe
+    more axes): the received payloads must be bit-identical. ``calls`` exchanges per program (a
+    fori_loop), each on different data, exercise the per-run call counter."""
+    cp = mesh.shape["cp"]
+    groups = ex.peer_groups(mesh, "cp")
+    lead = tuple(mesh.shape[a] for a in mesh.axis_names)
+    o = rng.standard_normal(lead + (t, h, D)).astype(_np_dtype(dtype))
+    lse = rng.standard_normal(lead + (t, h)).astype(np.float32)
+    mask = rng.random(lead + (t,)) < 0.3
+    if mask_rank is not None:                  # an empty rank (R9): every token masked there
+        mask[(slice(None),) * mesh.axis_names.index("cp") + (mask_rank,)] = True
+    o[mask] = np.nan                           # NaN garbage in masked rows (R11)
+    lse[mask] = np.nan
+    spec = P(*mesh.axis_names)
+    n = len(lead)
+
+    def body(o, lse, mask):
+        o, lse, mask = o.reshape(o.shape[n:]), lse.reshape(lse.shape[n:]), mask.reshape(mask.shape[n:])
+
+        def one(i, acc):
+            oi = o * jnp.asarray(i + 1, o.dtype)   # different data per call, same NaN rows
+            a = ex.exchange(oi[None], lse[None] + i, mask[None], axis_name="cp", cp_size=cp, implementation="ffi",
+                            transport="peer", peer_groups=groups)
+            b = ex.exchange(oi[None], lse[None] + i, mask[None], axis_name="cp", cp_size=cp, implementation="ffi",
+                            transport="collective")
+            pa = ex.api._backend_module("ffi").pack_all_to_all(oi, lse + i, mask, peer_groups=groups)
+            pb = jax.lax.all_to_all(ex.sanitize_pack(oi, lse + i, mask, cp_size=cp, implementation="reference"),
+                                    "cp", 0, 0, tiled=True)
+            same = (jnp.all(pa == pb) & jnp.all(a[0] == b[0]) & jnp.all(a[1] == b[1]))
+            return acc & same
+
+        ok = jax.lax.fori_loop(0, calls, one, jnp.bool_(True))
+        return ok.reshape((1,) * n)
+
+    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False))
+    ok = np.asarray(f(jnp.asarray(o), jnp.asarray(lse), jnp.asarray(mask)))
+    assert ok.all(), f"peer transport differs from lax.all_to_all on ranks {np.argwhere(~ok).tolist()}"
+
+
+@pytest.mark.parametrize("dtype,cp,h", [(jnp.bfloat16, 2, 8), (jnp.float32, 4, 12), (jnp.bfloat16, 8, 8)])
+def test_peer_transport_equals_all_to_all(dtype, cp, h, rng):
+    """helix_pack_all_to_all (CPU handler: the same rendezvous as on GPU) is bit-identical to
+    sanitize_pack + lax.all_to_all, odd head groups (R13: Hc=3), an empty rank (R9), NaN rows (R11)."""
+    _peer_vs_collective(make_cp_mesh(cp), dtype, rng, 5, h, mask_rank=cp - 1)
+
+
+def test_peer_transport_many_calls_and_groups(rng):
+    """A 2-D mesh (4 cp groups of 2 devices, cp not the leading axis) and 3 exchanges per program,
+    run twice: groups and calls never mix."""
+    devs = np.array(jax.devices()[:8]).reshape(2, 4).T          # [dp=4, cp=2], cp pairs (0,4) (1,5) ...
+    mesh = jax.sharding.Mesh(devs, ("dp", "cp"))
+    assert ex.peer_groups(mesh, "cp") == ((0, 4), (1, 5), (2, 6), (3, 7))
+    for _ in range(2):
+        _peer_vs_collective(mesh, jnp.bfloat16, rng, 3, 4, calls=3)
+
+
+def test_helix_mla_attention_peer_transport_matches_dense(rng):
+    """helix_mla_attention(implementation='ffi', exchange_transport='peer') vs float64 dense, cp=4."""
+    import helix_jax as hj
+    from helix_jax.cli.attention_check import dense_reference
+    b, g, h, page, max_len = 2, 3, 8, 8, 128
+    mesh = hj.make_cp_mesh(4)
+    lens = np.array([6, 70])
+    kv = rng.standard_normal((b, max_len, 576)).astype(np.float32)
+    q = rng.standard_normal((b, g, h, 576)).astype(np.float32)
+    pos = lens[:, None] + np.arange(g)
+    cache = hj.HelixMLACache.from_global(jnp.asarray(kv[..., :512]), jnp.asarray(kv[..., 512:]), lens, mesh=mesh,
+                                         page_size=page, max_len=max_len)
+    new = kv[np.arange(b)[:, None], pos]
+    scale = 1 / np.sqrt(192.0)
+    out, lse, _ = hj.helix_mla_attention(cache, q[..., :512], q[..., 512:], new[..., :512], new[..., 512:], pos,
+                                         softmax_scale=scale, implementation="ffi", exchange_transport="peer")
+    want = dense_reference(q, kv, pos, scale)
+    np.testing.assert_allclose(np.asarray(out, np.float64), want, atol=2e-5, rtol=2e-5)
+
+
+def test_transport_selection_and_errors():
+    mesh = make_cp_mesh(2)
+    groups = ex.peer_groups(mesh, "cp")
+    assert groups == ((0, 1),)
+    assert ex.resolve_transport(None, implementation="ffi", cp_size=2, peer_groups=groups, platform="cpu") == "collective"
+    assert ex.resolve_transport("peer", implementation="ffi", cp_size=2, peer_groups=groups, platform="cpu") == "peer"
+    assert ex.resolve_transport(None, implementation="reference", cp_size=2, peer_groups=groups,
+                                platform="gpu") == "collective"
+    with pytest.raises(ValueError, match="transport must be one of"):
+        ex.resolve_transport("nccl", implementation="ffi", cp_size=2, peer_groups=groups)
+    with pytest.raises(ValueError, match="part of the ffi backend"):
+        ex.resolve_transport("peer", implementation="reference", cp_size=2, peer_groups=groups)
+    with pytest.raises(ValueError, match="needs peer_groups"):
+        ex.resolve_transport("peer", implementation="ffi", cp_size=2, peer_groups=None)
+    with pytest.raises(ValueError, match=r"\[num_groups, cp=4\]"):
+        ex.resolve_transport("peer", implementation="ffi", cp_size=4, peer_groups=groups)
+    with pytest.raises(ValueError, match="twice"):
+        ex.resolve_transport("peer", implementation="ffi", cp_size=2, peer_groups=((0, 0),))
+    with pytest.raises(ValueError, match="not an axis"):
+        ex.peer_groups(mesh, "tp")
+
+
+def test_peer_transport_cuda_lowering_emits_custom_call():
+    """The CUDA lowering (no GPU needed) emits helix_pack_all_to_all with the group table attributes."""
+    from helix_jax.ops.exchange import ffi as xffi
+
+    def f(o, lse, mask):
+        return xffi.pack_all_to_all(o, lse, mask, peer_groups=((0, 1), (2, 3)))
+
+    args = (jnp.zeros((3, 4, D), jnp.bfloat16), jnp.zeros((3, 4), jnp.float32), jnp.zeros((3,), bool))
+    text = jax.jit(f).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    lines = [ln for ln in text.splitlines() if "custom_call" in ln and "helix_pack_all_to_all" in ln]
+    assert len(lines) == 1, text
+    line = lines[0]
+    assert "cp = 2 : i64" in line and "groups = dense<[0, 1, 2, 3]> : tensor<4xi64>" in line, line
+    assert "timeout_s = 1.200000e+02 : f64" in line, line
+    assert "-> tensor<2x3x2x520xui16>" in line, line
+
+
+def test_peer_transport_unknown_device_is_a_clear_error(rng):
+    """Groups that do not name the running devices: an error naming the ordinal, never a hang."""
+    mesh = make_cp_mesh(2)
+    o = jnp.asarray(rng.standard_normal((2, 2, 4, D)), jnp.float32)
+    lse = jnp.zeros((2, 2, 4), jnp.float32)
+
+    def body(o, lse):
+        return ex.exchange(o[0], lse[0], None, axis_name="cp", cp_size=2, implementation="ffi",
+                           transport="peer", peer_groups=((5, 6),))[0]
+
+    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("cp"), P("cp")), out_specs=P("cp"), check_vma=False))
+    with pytest.raises(Exception, match="device ordinal 0 is in none of the peer groups"):
+        jax.block_until_ready(f(o, lse))
+
+
 # ------------------------------------------------------------------------------------- bad input
 def test_bad_input_raises_value_error(rng):
     o, lse = _partials(rng, 3, 4, D, jnp.float32)
@@ -321,7 +455,18 @@ def test_gpu_exchange_across_gpus(rng):
     devs = _gpu_devices()
     cp = 2 if len(devs) >= 2 else 1
     for dtype in DTYPES:
-        _run_exchange("ffi", dtype, rng, cp, 4, 4, 16, devices=devs)
+        for transport in ("collective", "peer"):
+            _run_exchange("ffi", dtype, rng, cp, 4, 4, 16, devices=devs, transport=transport)
+
+
+@pytest.mark.gpu
+def test_gpu_peer_transport_equals_all_to_all(rng):
+    """NVLink peer stores vs lax.all_to_all (NCCL), bit-identical, incl. T=512 x H=128 and repeated calls."""
+    devs = _gpu_devices()
+    assert len(devs) >= 2, "needs 2 GPUs"
+    mesh = make_cp_mesh(2, devices=devs)
+    for dtype, t, h, calls in [(jnp.bfloat16, 5, 6, 3), (jnp.float32, 3, 10, 2), (jnp.bfloat16, 512, 128, 2)]:
+        _peer_vs_collective(mesh, dtype, rng, t, h, mask_rank=1, calls=calls)
 
 
 def _helix_cp2_check(seed=0):

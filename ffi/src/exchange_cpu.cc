@@ -1,6 +1,8 @@
 // CPU handlers of the Helix exchange custom calls (layout: exchange_common.h).
 //   helix_sanitize_pack : partial_out [T,H,D], lse [T,H] f32, zero_kv_mask [T] -> payload [cp,T,Hc,W]
 //   helix_combine       : payload [cp(src),T,Hc,W] -> out [T,Hc,D], lse [T,Hc] f32
+//   helix_pack_all_to_all : sanitize + pack stored straight into every rank's received payload
+//                         [cp(src),T,Hc,W] (the peer transport; rendezvous in peer_rendezvous.h)
 // Semantics: HELIX_SEMANTICS.md §6.3 (sanitize overwrites NaN garbage) and §7 (fp32 LSE combine,
 // all-empty rows give 0 and -inf).
 #include <cmath>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "exchange_common.h"
+#include "peer_rendezvous.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -56,20 +59,14 @@ inline void StoreElem(uint8_t* p, int64_t i, float f, int64_t itemsize) {
   }
 }
 
-ffi::Error SanitizePackCpu(ffi::AnyBuffer o, ffi::Buffer<ffi::F32> lse, ffi::Buffer<ffi::PRED> mask,
-                           ffi::Result<ffi::AnyBuffer> payload) {
-  PackShape s{};
-  if (auto e = CheckPack(o, lse.dimensions(), mask.dimensions(), *payload, &s); e.failure()) return e;
-  const auto* src = static_cast<const uint8_t*>(o.untyped_data());
-  const float* lse_p = lse.typed_data();
-  const bool* m = mask.typed_data();
-  auto* dst = static_cast<uint8_t*>(payload->untyped_data());
+// Sanitize + pack every (token, head) row of `o` into `dst(g, t, hh)` (a row of W elements).
+template <typename Dst>
+void PackRows(const PackShape& s, const uint8_t* src, const float* lse_p, const bool* m, Dst dst) {
   const int64_t row_bytes = s.d * s.itemsize, out_row_bytes = s.w * s.itemsize;
   const float neg_inf = -std::numeric_limits<float>::infinity();
   for (int64_t t = 0; t < s.t; ++t) {
     for (int64_t h = 0; h < s.h; ++h) {
-      const int64_t g = h / s.hc, hh = h % s.hc;
-      uint8_t* out = dst + ((g * s.t + t) * s.hc + hh) * out_row_bytes;
+      uint8_t* out = dst(h / s.hc, t, h % s.hc);
       if (m[t]) {
         std::memset(out, 0, row_bytes);
       } else {
@@ -80,6 +77,46 @@ ffi::Error SanitizePackCpu(ffi::AnyBuffer o, ffi::Buffer<ffi::F32> lse, ffi::Buf
       std::memcpy(out + row_bytes, &l, 4);
     }
   }
+}
+
+ffi::Error SanitizePackCpu(ffi::AnyBuffer o, ffi::Buffer<ffi::F32> lse, ffi::Buffer<ffi::PRED> mask,
+                           ffi::Result<ffi::AnyBuffer> payload) {
+  PackShape s{};
+  if (auto e = CheckPack(o, lse.dimensions(), mask.dimensions(), *payload, &s); e.failure()) return e;
+  auto* dst = static_cast<uint8_t*>(payload->untyped_data());
+  const int64_t out_row_bytes = s.w * s.itemsize;
+  PackRows(s, static_cast<const uint8_t*>(o.untyped_data()), lse.typed_data(), mask.typed_data(),
+           [&](int64_t g, int64_t t, int64_t hh) { return dst + ((g * s.t + t) * s.hc + hh) * out_row_bytes; });
+  return ffi::Error::Success();
+}
+
+// helix_pack_all_to_all on CPU devices of one process: the same rendezvous as on GPU (publish the
+// receive buffers, store straight into the peers', wait until every rank has stored), so CI runs
+// the protocol on virtual CPU devices. Output = what lax.all_to_all of the packed payload gives.
+ffi::Error PackAllToAllCpu(int32_t ordinal, ffi::RunId run, ffi::AnyBuffer o, ffi::Buffer<ffi::F32> lse,
+                           ffi::Buffer<ffi::PRED> mask, ffi::Result<ffi::AnyBuffer> recv,
+                           ffi::Span<const int64_t> groups, int64_t cp, double timeout_s) {
+  PackShape s{};
+  if (auto e = CheckPack(o, lse.dimensions(), mask.dimensions(), *recv, &s); e.failure()) return e;
+  if (s.cp != cp) return ffi::Error::InvalidArgument("helix_pack_all_to_all: payload's cp differs from the groups'");
+  helix_peer::Group* group = nullptr;
+  int rank = 0;
+  if (auto err = helix_peer::FindGroup(groups.begin(), static_cast<int64_t>(groups.size()), cp, ordinal, &group,
+                                       &rank);
+      !err.empty())
+    return ffi::Error::InvalidArgument(err);
+  helix_peer::Entry all[helix_peer::kMaxRanks];
+  helix_peer::Entry mine;
+  mine.recv = recv->untyped_data();
+  std::pair<int64_t, uint64_t> key;
+  if (auto err = group->Publish(rank, run.run_id, mine, timeout_s, all, &key); !err.empty())
+    return ffi::Error::Internal(err);
+  const int64_t out_row_bytes = s.w * s.itemsize;
+  PackRows(s, static_cast<const uint8_t*>(o.untyped_data()), lse.typed_data(), mask.typed_data(),
+           [&](int64_t g, int64_t t, int64_t hh) {
+             return static_cast<uint8_t*>(all[g].recv) + ((rank * s.t + t) * s.hc + hh) * out_row_bytes;
+           });
+  if (auto err = group->Finish(rank, key, timeout_s); !err.empty()) return ffi::Error::Internal(err);
   return ffi::Error::Success();
 }
 
@@ -135,3 +172,15 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(HelixCombineCpu, CombineCpu,
                                   .Arg<ffi::AnyBuffer>()          // payload [cp, T, Hc, W]
                                   .Ret<ffi::AnyBuffer>()          // out [T, Hc, D]
                                   .Ret<ffi::Buffer<ffi::F32>>());  // lse [T, Hc]
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HelixPackAllToAllCpu, PackAllToAllCpu,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Ctx<ffi::RunId>()
+                                  .Arg<ffi::AnyBuffer>()          // partial_out [T, H, D]
+                                  .Arg<ffi::Buffer<ffi::F32>>()   // lse [T, H]
+                                  .Arg<ffi::Buffer<ffi::PRED>>()  // zero_kv_mask [T]
+                                  .Ret<ffi::AnyBuffer>()          // received payload [cp(src), T, Hc, W]
+                                  .Attr<ffi::Span<const int64_t>>("groups")  // [num_groups, cp] ordinals
+                                  .Attr<int64_t>("cp")
+                                  .Attr<double>("timeout_s"));

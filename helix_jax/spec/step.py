@@ -24,6 +24,7 @@ from jax.sharding import Mesh, PartitionSpec as P
 from .. import ledger
 from ..cache import HelixMLACache
 from ..helix import helix_attention_local
+from ..ops.exchange import peer_groups
 from ..models.config import MLAModelConfig
 from ..models.deepseek import MLADecoder
 from .acceptance import greedy_accept, probs_from_logits, rejection_accept, sample_probs
@@ -189,7 +190,7 @@ def step_positions(state: SpecState, *, config: SpecConfig):
     return state.lens[:, None] + jnp.arange(g, dtype=jnp.int32)
 
 
-def _verify_logits(target, caches, tokens, positions, *, config, cp):
+def _verify_logits(target, caches, tokens, positions, *, config, cp, peer_groups=None):
     """Target forward of the verify group on this rank; returns ``(logits [B, G, V], caches)``."""
     a = config.axis_name
     hc = config.target.num_heads // cp
@@ -203,7 +204,7 @@ def _verify_logits(target, caches, tokens, positions, *, config, cp):
         out, _, pages = helix_attention_local(
             cache.pages, cache.page_table[0], attn.absorb_query(q_nope), q_rope,
             c_new, k_new, pos, axis_name=a, cp_size=cp, page_size=config.page_size, softmax_scale=scale,
-            implementation=config.implementation)
+            implementation=config.implementation, peer_groups=peer_groups)
         partial = attn.project_out(out, head_start=rank * hc)          # this head group's o_proj rows
         return jax.lax.psum(partial, a), cache.with_pages(pages)
 
@@ -211,12 +212,13 @@ def _verify_logits(target, caches, tokens, positions, *, config, cp):
     return logits, tuple(new_caches)
 
 
-def _local_step(params, state: SpecState, *, config: SpecConfig, cp: int, capacity: int):
+def _local_step(params, state: SpecState, *, config: SpecConfig, cp: int, capacity: int, peer_groups=None):
     target, drafter = _models(params, config)
     k, g = config.draft_len, config.group_len
     positions = step_positions(state, config=config)
     tokens = jnp.concatenate([state.last_token[:, None], state.drafts], axis=1)            # [B, G]
-    logits, caches = _verify_logits(target, state.caches, tokens, positions, config=config, cp=cp)
+    logits, caches = _verify_logits(target, state.caches, tokens, positions, config=config, cp=cp,
+                                    peer_groups=peer_groups)
 
     k_acc, k_draft, k_next = jax.random.split(state.rng, 3)
     if config.sampling == "greedy":
@@ -269,7 +271,8 @@ def _step_jit(params, state, *, mesh, config):
     capacity = min(ledger.capacity(c0.page_table.shape[2], page_size=config.page_size, cp_size=cp),
                    state.draft_cache.capacity)
     specs = _state_specs(state)
-    body = functools.partial(_local_step, config=config, cp=cp, capacity=capacity)
+    body = functools.partial(_local_step, config=config, cp=cp, capacity=capacity,
+                             peer_groups=peer_groups(mesh, config.axis_name))
     return jax.shard_map(body, mesh=mesh, in_specs=(P(), specs), out_specs=(specs, P(), P()),
                          check_vma=False)(params, state)
 

@@ -1,4 +1,6 @@
 """Helix exchange: sanitize + pack, all-to-all over head groups, LSE combine (§6–§7)."""
-from .api import combine_payload, exchange, resolve, sanitize_pack
+from .api import (TRANSPORTS, combine_payload, exchange, peer_groups, resolve, resolve_transport,
+                  sanitize_pack)
 
-__all__ = ["combine_payload", "exchange", "resolve", "sanitize_pack"]
+__all__ = ["TRANSPORTS", "combine_payload", "exchange", "peer_groups", "resolve", "resolve_transport",
+           "sanitize_pack"]

@@ -6,6 +6,14 @@ Backends, in the order ``implementation=None`` tries them:
   ``reference``  pure jnp (alias ``xla``); the default on CPU.
 Both produce the same payload bits (see :mod:`.reference` for the layout). An explicit backend
 that cannot run raises ``ValueError`` with the reason.
+
+Transports of the all-to-all (``transport=``):
+  ``collective`` ``lax.all_to_all`` of the packed payload (XLA -> NCCL on GPU, gloo across processes).
+  ``peer``       the custom call ``helix_pack_all_to_all``: sanitize + pack stored straight into the
+                 peers' receive buffers (NVLink peer stores on GPU); devices of one process only,
+                 named by ``peer_groups`` (:func:`peer_groups`). Same output bits.
+``transport=None`` picks ``peer`` on GPU with the ffi backend when ``peer_groups`` is given (it is
+measured faster there: ``benchmarks/NOTES.md``), else ``collective``.
 """
 from __future__ import annotations
 
@@ -15,12 +23,14 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import reference
 
 log = logging.getLogger("helix_jax.ops.exchange")
 
 BACKENDS = ("ffi", "reference")
+TRANSPORTS = ("collective", "peer")
 _ALIASES = {"xla": "reference", "jnp": "reference"}
 
 
@@ -52,6 +62,55 @@ def resolve(implementation, platform=None):
     return "reference"
 
 
+def peer_groups(mesh, axis_name: str):
+    """The peer transport's device table for ``mesh``: one tuple of local device ordinals per group of
+    devices that differ only along ``axis_name``, in rank order. ``None`` when a device of the mesh
+    belongs to another process (the peer transport then cannot be used)."""
+    if axis_name not in mesh.axis_names:
+        raise ValueError(f"axis_name {axis_name!r} is not an axis of the mesh {mesh.axis_names}")
+    devs = np.moveaxis(np.asarray(mesh.devices), mesh.axis_names.index(axis_name), -1)
+    me = jax.process_index()
+    if any(d.process_index != me for d in devs.ravel()):
+        return None
+    ordinal = np.vectorize(lambda d: d.id if d.local_hardware_id is None else d.local_hardware_id, otypes=[np.int64])
+    return tuple(tuple(int(x) for x in row) for row in ordinal(devs).reshape(-1, devs.shape[-1]))
+
+
+def resolve_transport(transport, *, implementation: str, cp_size: int, peer_groups=None, platform=None):
+    """The all-to-all transport ``transport`` selects (see the module docstring); explicit choices
+    that cannot run raise ``ValueError`` with the reason."""
+    platform = jax.default_backend() if platform is None else platform
+    if transport not in (None,) + TRANSPORTS:
+        raise ValueError(f"transport must be one of {TRANSPORTS} or None, got {transport!r}")
+    why = _peer_problem(implementation, cp_size, peer_groups, platform)
+    if transport == "peer":
+        if why:
+            raise ValueError(f"transport='peer' cannot run: {why}")
+        return "peer"
+    if transport is None and not why and platform in ("gpu", "cuda"):
+        log.debug("exchange: peer transport")
+        return "peer"
+    return "collective"
+
+
+def _peer_problem(implementation, cp_size, groups, platform):
+    if implementation != "ffi":
+        return f"it is part of the ffi backend, not {implementation!r}"
+    if groups is None:
+        return ("it needs peer_groups (the mesh's local device ordinals per cp group: "
+                "helix_jax.ops.exchange.peer_groups(mesh, axis_name)); a mesh spanning processes has none")
+    g = np.asarray(groups)
+    if g.ndim != 2 or g.shape[1] != cp_size or g.size == 0 or not np.issubdtype(g.dtype, np.integer):
+        return f"peer_groups must be a non-empty [num_groups, cp={cp_size}] table of ints, got {groups!r}"
+    if len(set(g.ravel().tolist())) != g.size:
+        return f"peer_groups lists a device twice: {groups!r}"
+    from . import ffi
+    if cp_size > ffi.MAX_PEER_RANKS:
+        return f"cp_size={cp_size} exceeds the peer transport's {ffi.MAX_PEER_RANKS} ranks"
+    ok, reason = ffi.peer_availability(platform)
+    return "" if ok else reason
+
+
 def _check_float(name, x):
     if not jnp.issubdtype(x.dtype, jnp.floating):
         raise ValueError(f"{name} must be floating point, got {x.dtype}")
@@ -62,6 +121,24 @@ def _check_cp(cp_size, heads):
         raise ValueError(f"cp_size must be an int >= 1, got {cp_size!r}")
     if heads % cp_size:
         raise ValueError(f"heads H={heads} must be divisible by cp_size={cp_size}")
+
+
+def _pack_operands(partial_out, lse, zero_kv_mask, cp_size):
+    partial_out, lse = jnp.asarray(partial_out), jnp.asarray(lse)
+    if partial_out.ndim != 3:
+        raise ValueError(f"partial_out must have shape [T, H, D], got {partial_out.shape}")
+    t, h, d = partial_out.shape
+    _check_float("partial_out", partial_out)
+    _check_cp(cp_size, h)
+    if lse.shape != (t, h):
+        raise ValueError(f"lse must have shape [T, H]={[t, h]}, got {list(lse.shape)}")
+    if (d * partial_out.dtype.itemsize) % 16:
+        raise ValueError(f"partial_out rows must be a multiple of 16 bytes, got D={d} in {partial_out.dtype}")
+    mask = jnp.zeros((t,), bool) if zero_kv_mask is None else jnp.asarray(zero_kv_mask)
+    if mask.shape != (t,) or mask.dtype != jnp.bool_:
+        raise ValueError(f"zero_kv_mask must be a bool array of shape [T]={[t]} or None, got "
+                         f"{mask.dtype} {list(mask.shape)}")
+    return partial_out, lse, mask
 
 
 def sanitize_pack(partial_out, lse, zero_kv_mask, *, cp_size: int, implementation=None):
@@ -77,20 +154,7 @@ def sanitize_pack(partial_out, lse, zero_kv_mask, *, cp_size: int, implementatio
     Returns:
       payload ``[cp, T, H // cp, D + 16 // itemsize]`` (uint container of the activation width).
     """
-    partial_out, lse = jnp.asarray(partial_out), jnp.asarray(lse)
-    if partial_out.ndim != 3:
-        raise ValueError(f"partial_out must have shape [T, H, D], got {partial_out.shape}")
-    t, h, d = partial_out.shape
-    _check_float("partial_out", partial_out)
-    _check_cp(cp_size, h)
-    if lse.shape != (t, h):
-        raise ValueError(f"lse must have shape [T, H]={[t, h]}, got {list(lse.shape)}")
-    if (d * partial_out.dtype.itemsize) % 16:
-        raise ValueError(f"partial_out rows must be a multiple of 16 bytes, got D={d} in {partial_out.dtype}")
-    mask = jnp.zeros((t,), bool) if zero_kv_mask is None else jnp.asarray(zero_kv_mask)
-    if mask.shape != (t,) or mask.dtype != jnp.bool_:
-        raise ValueError(f"zero_kv_mask must be a bool array of shape [T]={[t]} or None, got "
-                         f"{mask.dtype} {list(mask.shape)}")
+    partial_out, lse, mask = _pack_operands(partial_out, lse, zero_kv_mask, cp_size)
     name = resolve(implementation)
     return _backend_module(name).sanitize_pack(partial_out, lse, mask, cp_size=cp_size)
 
@@ -115,13 +179,17 @@ def combine_payload(payload, *, dtype, implementation=None):
     return _backend_module(name).combine(payload, dtype=dtype)
 
 
-def exchange(partial_out, lse, zero_kv_mask, *, axis_name: str, cp_size: int, implementation=None):
+def exchange(partial_out, lse, zero_kv_mask, *, axis_name: str, cp_size: int, implementation=None,
+             transport=None, peer_groups=None):
     """Per-rank Helix exchange inside ``shard_map``: sanitize+pack -> one all-to-all -> combine.
 
     Args:
       partial_out: ``[..., H, D]`` (e.g. ``[B, G, H, 512]``) this rank's partial over its KV shard.
       lse: ``[..., H]``; zero_kv_mask: ``[...]`` bool or ``None``.
       axis_name / cp_size: the mesh axis of the cp ranks and its size.
+      implementation: backend of pack/combine (module docstring).
+      transport: ``"collective"``, ``"peer"`` or ``None`` (module docstring); ``peer_groups``: the
+        table :func:`peer_groups` returns for the mesh (needed by ``"peer"``).
 
     Returns:
       ``(out [..., Hc, D], lse [..., Hc])`` for this rank's head group ``axis_index * Hc + [0, Hc)``.
@@ -137,10 +205,17 @@ def exchange(partial_out, lse, zero_kv_mask, *, axis_name: str, cp_size: int, im
         if zero_kv_mask.shape != lead:
             raise ValueError(f"zero_kv_mask must have shape {list(lead)}, got {list(zero_kv_mask.shape)}")
         zero_kv_mask = zero_kv_mask.reshape(t)
-    payload = sanitize_pack(partial_out.reshape(t, h, d), lse.reshape(t, h), zero_kv_mask,
-                            cp_size=cp_size, implementation=implementation)
-    if cp_size > 1:
-        payload = jax.lax.all_to_all(payload, axis_name, 0, 0, tiled=True)
-    out, lse_out = combine_payload(payload, dtype=partial_out.dtype, implementation=implementation)
+    name = resolve(implementation)
+    if cp_size > 1 and resolve_transport(transport, implementation=name, cp_size=cp_size,
+                                         peer_groups=peer_groups) == "peer":
+        from . import ffi
+        payload = ffi.pack_all_to_all(*_pack_operands(partial_out.reshape(t, h, d), lse.reshape(t, h),
+                                                      zero_kv_mask, cp_size), peer_groups=peer_groups)
+    else:
+        payload = sanitize_pack(partial_out.reshape(t, h, d), lse.reshape(t, h), zero_kv_mask,
+                                cp_size=cp_size, implementation=name)
+        if cp_size > 1:
+            payload = jax.lax.all_to_all(payload, axis_name, 0, 0, tiled=True)
+    out, lse_out = combine_payload(payload, dtype=partial_out.dtype, implementation=name)
     hc = h // cp_size
     return out.reshape(*lead, hc, d), lse_out.reshape(*lead, hc)
