@@ -1,13 +1,15 @@
-"""Launch-shape sweep of the peer all-to-all kernel (``helix_pack_all_to_all``) on the 2-GPU machine.
+"""Send-grid sweep of the peer exchange (custom call ``helix_exchange_peer``) on the 2-GPU machine.
 
 For T in ``--tokens`` (H = 128, bf16, cp = 2): the chained exchange of ``benchmarks/exchange.py``
-(variant ``ffi_peer``) under each launch shape ``blocks:unroll`` (environment ``HELIX_PEER_BLOCKS`` /
-``HELIX_PEER_UNROLL``, read by the handler per call), against the NCCL variant (``ffi``) of the same program. Reports the all-to-all
-kernel's CUPTI time per device (median of reps; the peer kernel includes sanitize + pack) and
-bytes leaving a rank / that time against the link, and checks each variant's output is bitwise the
-NCCL variant's. Writes ``<out>/peer_a2a_sweep_<date>.{json,md}``.
+(variant ``ffi_peer``) under each ``HELIX_PEER_BLOCKS`` (send blocks; the handler reads it per call),
+against the NCCL variant (``ffi``: FFI pack -> ``lax.all_to_all`` -> FFI combine) of the same program.
+Times are CUPTI kernel ms per device (median of reps). The all-to-all time of the peer exchange is the
+exchange minus the NCCL variant's combine kernel (same math, no wait) minus other kernels: the send
+kernel (pack fused) plus the combine's wait for the peer's rows. GB/s = bytes leaving a rank / that
+time, against the link. Each variant's outputs must be bitwise the NCCL variant's. Writes
+``<out>/peer_a2a_sweep_<date>.{json,md}``.
 
-    NCCL_NVLS_ENABLE=0 python benchmarks/peer_a2a_sweep.py [--tokens 64,512]
+    NCCL_NVLS_ENABLE=0 python benchmarks/peer_a2a_sweep.py [--tokens 64,512] [--blocks 128,256,512]
 """
 from __future__ import annotations
 
@@ -35,8 +37,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", default="64,512")
     ap.add_argument("--heads", type=int, default=128)
-    ap.add_argument("--shapes", default="64:1,128:1,128:2,256:1,256:2,512:1,512:4",
-                    help="comma list of blocks:unroll")
+    ap.add_argument("--blocks", default="64,128,256,512", help="comma list of HELIX_PEER_BLOCKS values")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--chain", type=int, default=16)
     ap.add_argument("--out", default=str(pathlib.Path(__file__).parent / "results"))
@@ -55,27 +56,26 @@ def main(argv=None):
         nccl = exchange_fn(mesh, "ffi", a.chain)
         want = [np.asarray(x) for x in jax.tree.leaves(nccl(o, lse, mask))]
         ms, parts = kernel_time(nccl, o, lse, mask, devices=cp, reps=a.reps, per=a.chain, per_class=True)
-        rec = {"T": t, "variant": "nccl", "blocks": None, "unroll": None, "exchange_ms": ms, "a2a_ms": parts.get("a2a")}
-        records.append(rec)
+        combine_ms = parts.get("combine")
+        records.append({"T": t, "variant": "nccl", "blocks": None, "exchange_ms": ms, "a2a_ms": parts.get("a2a"),
+                        "pack_ms": parts.get("pack"), "combine_ms": combine_ms})
         peer = exchange_fn(mesh, "ffi_peer", a.chain)
-        for shape in a.shapes.split(","):
-            blocks, unroll = (int(x) for x in shape.split(":"))
-            os.environ["HELIX_PEER_BLOCKS"], os.environ["HELIX_PEER_UNROLL"] = str(blocks), str(unroll)
+        for blocks in (int(x) for x in a.blocks.split(",")):
+            os.environ["HELIX_PEER_BLOCKS"] = str(blocks)
             got = [np.asarray(x) for x in jax.tree.leaves(peer(o, lse, mask))]
             same = all(np.array_equal(x, y, equal_nan=True) for x, y in zip(got, want))
             ms, parts = kernel_time(peer, o, lse, mask, devices=cp, reps=a.reps, per=a.chain, per_class=True)
-            records.append({"T": t, "variant": "peer", "blocks": blocks, "unroll": unroll,
-                            "exchange_ms": ms, "a2a_ms": parts.get("a2a"), "same_as_nccl": same})
-        for r in records:
-            if r["T"] == t and r.get("a2a_ms"):
-                r["a2a_gb_per_s"] = sent / (r["a2a_ms"] * 1e-3) / 1e9
-                r["link_fraction"] = r["a2a_gb_per_s"] / NVLINK_GB_S
+            records.append({"T": t, "variant": "peer", "blocks": blocks, "exchange_ms": ms,
+                            "send_ms": parts.get("a2a"), "combine_with_wait_ms": parts.get("combine"),
+                            "a2a_ms": ms - combine_ms - parts.get("other", 0.0), "same_as_nccl": same})
         for r in (r for r in records if r["T"] == t):
-            print(f"T={t} {r['variant']:5s} blocks={r['blocks']} unroll={r['unroll']}: exchange {r['exchange_ms']:.4f} "
-                  f"ms, a2a {r['a2a_ms']:.4f} ms = {r.get('a2a_gb_per_s', 0):.0f} GB/s "
-                  f"({r.get('link_fraction', 0):.0%} of link) same={r.get('same_as_nccl', '-')}", flush=True)
-    for k in ("HELIX_PEER_BLOCKS", "HELIX_PEER_UNROLL"):
-        os.environ.pop(k, None)
+            r["a2a_gb_per_s"] = sent / (r["a2a_ms"] * 1e-3) / 1e9
+            r["link_fraction"] = r["a2a_gb_per_s"] / NVLINK_GB_S
+            print(f"T={t} {r['variant']:5s} blocks={r['blocks']}: exchange {r['exchange_ms']:.4f} ms, a2a "
+                  f"{r['a2a_ms']:.4f} ms = {r['a2a_gb_per_s']:.0f} GB/s ({r['link_fraction']:.0%} of link); send "
+                  f"{r.get('send_ms') or 0:.4f}, combine+wait {r.get('combine_with_wait_ms') or 0:.4f}; "
+                  f"same={r.get('same_as_nccl', '-')}", flush=True)
+    os.environ.pop("HELIX_PEER_BLOCKS", None)
     doc = {"device": common.device_line(), "date": common.today(), "cp": cp, "H": h,
            "nvlink_gb_per_s_each_way": NVLINK_GB_S, "chain": a.chain,
            "timing": "CUPTI kernel ms per device, median of reps", "records": records}
@@ -83,15 +83,18 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     stem = f"peer_a2a_sweep_{doc['date']}"
     (out / f"{stem}.json").write_text(json.dumps(doc, indent=1))
-    lines = [f"# Peer all-to-all launch shapes ({doc['device']}, {doc['date']})", "",
-             f"cp=2, H={h}, bf16; {a.chain} exchanges chained per program; {doc['timing']}; a2a GB/s = bytes "
-             "leaving a rank / all-to-all kernel time (the peer kernel includes sanitize + pack; NCCL's does not).", "",
-             "| T | variant | blocks | unroll | exchange ms | a2a ms | a2a GB/s | link | bitwise = NCCL |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"# Peer exchange send grids ({doc['device']}, {doc['date']})", "",
+             f"cp=2, H={h}, bf16; {a.chain} exchanges chained per program; {doc['timing']}. a2a: NCCL's kernel; "
+             "for the peer exchange, the exchange minus the NCCL variant's combine kernel minus other kernels "
+             "(= send with the pack fused + the combine's wait for the peer's rows).", "",
+             "| T | variant | send blocks | exchange ms | a2a ms | a2a GB/s | link | send ms | combine+wait ms "
+             "| bitwise = NCCL |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    f = lambda x: "–" if x is None else f"{x:.4f}"
     for r in records:
-        lines.append(f"| {r['T']} | {r['variant']} | {r['blocks'] or '–'} | {r['unroll'] or '–'} | "
-                     f"{r['exchange_ms']:.4f} | {r['a2a_ms']:.4f} | {r.get('a2a_gb_per_s', 0):.0f} | "
-                     f"{r.get('link_fraction', 0):.0%} | {r.get('same_as_nccl', '–')} |")
+        lines.append(f"| {r['T']} | {r['variant']} | {r['blocks'] or '–'} | {r['exchange_ms']:.4f} | "
+                     f"{r['a2a_ms']:.4f} | {r['a2a_gb_per_s']:.0f} | {r['link_fraction']:.0%} | "
+                     f"{f(r.get('send_ms'))} | {f(r.get('combine_with_wait_ms'))} | {r.get('same_as_nccl', '–')} |")
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {out}/{stem}.json and .md")
 

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "xla/ffi/api/ffi.h"
+#include "peer_rendezvous.h"
 
 namespace helix_exchange {
 
@@ -97,6 +98,48 @@ inline ffi::Error CheckCombine(const ffi::AnyBuffer& payload, const ffi::AnyBuff
   if ((s->d * s->itemsize) % 16 != 0)
     return ffi::Error::InvalidArgument("helix_combine: D * itemsize must be a multiple of 16 bytes");
   return ffi::Error::Success();
+}
+
+// helix_exchange_peer: o [T, H, D], lse [T, H] f32, mask [T] -> out [T, H/cp, D] (o's dtype), lse [T, H/cp].
+inline ffi::Error CheckPeerExchange(const ffi::AnyBuffer& o, ffi::AnyBuffer::Dimensions lse_dims,
+                                    ffi::AnyBuffer::Dimensions mask_dims, const ffi::AnyBuffer& out,
+                                    ffi::AnyBuffer::Dimensions lse_out_dims, int64_t cp, PackShape* s) {
+  if (!SupportedDtype(o.element_type()) || out.element_type() != o.element_type())
+    return ffi::Error::InvalidArgument("helix_exchange_peer: partial_out and out must both be bf16 or both f32");
+  auto od = o.dimensions();
+  auto outd = out.dimensions();
+  if (od.size() != 3 || lse_dims.size() != 2 || mask_dims.size() != 1 || outd.size() != 3 || lse_out_dims.size() != 2)
+    return ffi::Error::InvalidArgument("helix_exchange_peer: expected partial_out [T,H,D], lse [T,H], mask [T], "
+                                       "out [T,Hc,D], lse_out [T,Hc]; got " + DimsStr(od) + ", " + DimsStr(lse_dims) +
+                                       ", " + DimsStr(mask_dims) + ", " + DimsStr(outd) + ", " + DimsStr(lse_out_dims));
+  s->itemsize = static_cast<int64_t>(ffi::ByteWidth(o.element_type()));
+  s->t = od[0]; s->h = od[1]; s->d = od[2];
+  s->cp = cp;
+  if (cp < 1 || s->h % cp != 0)
+    return ffi::Error::InvalidArgument("helix_exchange_peer: heads " + std::to_string(s->h) +
+                                       " must be divisible by cp=" + std::to_string(cp));
+  s->hc = s->h / cp;
+  s->w = s->d + PadElems(s->itemsize);
+  if (lse_dims[0] != s->t || lse_dims[1] != s->h || mask_dims[0] != s->t || outd[0] != s->t || outd[1] != s->hc ||
+      outd[2] != s->d || lse_out_dims[0] != s->t || lse_out_dims[1] != s->hc)
+    return ffi::Error::InvalidArgument("helix_exchange_peer: shapes disagree for partial_out " + DimsStr(od) +
+                                       " and cp=" + std::to_string(cp) + ": lse " + DimsStr(lse_dims) + ", mask " +
+                                       DimsStr(mask_dims) + ", out " + DimsStr(outd) + ", lse_out " +
+                                       DimsStr(lse_out_dims));
+  if ((s->d * s->itemsize) % 16 != 0)
+    return ffi::Error::InvalidArgument("helix_exchange_peer: D * itemsize must be a multiple of 16 bytes");
+  return ffi::Error::Success();
+}
+
+// Shapes and this device's peer group and rank, shared by the CPU and CUDA handlers.
+inline ffi::Error FindPeerExchange(const ffi::AnyBuffer& o, ffi::AnyBuffer::Dimensions lse_dims,
+                                   ffi::AnyBuffer::Dimensions mask_dims, const ffi::AnyBuffer& out,
+                                   ffi::AnyBuffer::Dimensions lse_out_dims, ffi::Span<const int64_t> groups,
+                                   int64_t cp, int32_t ordinal, PackShape* s, helix_peer::Group** group, int* rank) {
+  if (auto e = CheckPeerExchange(o, lse_dims, mask_dims, out, lse_out_dims, cp, s); e.failure()) return e;
+  std::string err =
+      helix_peer::FindGroup(groups.begin(), static_cast<int64_t>(groups.size()), cp, ordinal, group, rank);
+  return err.empty() ? ffi::Error::Success() : ffi::Error::InvalidArgument(err);
 }
 
 }  // namespace helix_exchange

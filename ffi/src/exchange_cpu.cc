@@ -1,8 +1,9 @@
 // CPU handlers of the Helix exchange custom calls (layout: exchange_common.h).
 //   helix_sanitize_pack : partial_out [T,H,D], lse [T,H] f32, zero_kv_mask [T] -> payload [cp,T,Hc,W]
 //   helix_combine       : payload [cp(src),T,Hc,W] -> out [T,Hc,D], lse [T,Hc] f32
-//   helix_pack_all_to_all : sanitize + pack stored straight into every rank's received payload
-//                         [cp(src),T,Hc,W] (the peer transport; rendezvous in peer_rendezvous.h)
+//   helix_exchange_peer : the whole exchange for the devices of one process: sanitize + pack stored
+//                         straight into the peers' receive buffers, then the combine -> out [T,Hc,D],
+//                         lse [T,Hc] (the peer transport; rendezvous in peer_rendezvous.h)
 // Semantics: HELIX_SEMANTICS.md §6.3 (sanitize overwrites NaN garbage) and §7 (fp32 LSE combine,
 // all-empty rows give 0 and -inf).
 #include <cmath>
@@ -18,6 +19,7 @@
 namespace ffi = xla::ffi;
 using helix_exchange::CheckCombine;
 using helix_exchange::CheckPack;
+using helix_exchange::FindPeerExchange;
 using helix_exchange::CombineShape;
 using helix_exchange::PackShape;
 
@@ -90,43 +92,8 @@ ffi::Error SanitizePackCpu(ffi::AnyBuffer o, ffi::Buffer<ffi::F32> lse, ffi::Buf
   return ffi::Error::Success();
 }
 
-// helix_pack_all_to_all on CPU devices of one process: the same rendezvous as on GPU (publish the
-// receive buffers, store straight into the peers', wait until every rank has stored), so CI runs
-// the protocol on virtual CPU devices. Output = what lax.all_to_all of the packed payload gives.
-ffi::Error PackAllToAllCpu(int32_t ordinal, ffi::RunId run, ffi::AnyBuffer o, ffi::Buffer<ffi::F32> lse,
-                           ffi::Buffer<ffi::PRED> mask, ffi::Result<ffi::AnyBuffer> recv,
-                           ffi::Span<const int64_t> groups, int64_t cp, double timeout_s) {
-  PackShape s{};
-  if (auto e = CheckPack(o, lse.dimensions(), mask.dimensions(), *recv, &s); e.failure()) return e;
-  if (s.cp != cp) return ffi::Error::InvalidArgument("helix_pack_all_to_all: payload's cp differs from the groups'");
-  helix_peer::Group* group = nullptr;
-  int rank = 0;
-  if (auto err = helix_peer::FindGroup(groups.begin(), static_cast<int64_t>(groups.size()), cp, ordinal, &group,
-                                       &rank);
-      !err.empty())
-    return ffi::Error::InvalidArgument(err);
-  helix_peer::Entry all[helix_peer::kMaxRanks];
-  helix_peer::Entry mine;
-  mine.recv = recv->untyped_data();
-  std::pair<int64_t, uint64_t> key;
-  if (auto err = group->Publish(rank, run.run_id, mine, timeout_s, all, &key); !err.empty())
-    return ffi::Error::Internal(err);
-  const int64_t out_row_bytes = s.w * s.itemsize;
-  PackRows(s, static_cast<const uint8_t*>(o.untyped_data()), lse.typed_data(), mask.typed_data(),
-           [&](int64_t g, int64_t t, int64_t hh) {
-             return static_cast<uint8_t*>(all[g].recv) + ((rank * s.t + t) * s.hc + hh) * out_row_bytes;
-           });
-  if (auto err = group->Finish(rank, key, timeout_s); !err.empty()) return ffi::Error::Internal(err);
-  return ffi::Error::Success();
-}
-
-ffi::Error CombineCpu(ffi::AnyBuffer payload, ffi::Result<ffi::AnyBuffer> out,
-                      ffi::Result<ffi::Buffer<ffi::F32>> lse_out) {
-  CombineShape s{};
-  if (auto e = CheckCombine(payload, *out, lse_out->dimensions(), &s); e.failure()) return e;
-  const auto* src = static_cast<const uint8_t*>(payload.untyped_data());
-  auto* dst = static_cast<uint8_t*>(out->untyped_data());
-  float* lse_p = lse_out->typed_data();
+// LSE combine of a received payload (src [cp, T*Hc, W] bytes) into dst [T*Hc, D] and lse_p [T*Hc].
+void CombineRows(const uint8_t* src, const CombineShape& s, uint8_t* dst, float* lse_p) {
   const int64_t rows = s.t * s.hc, row_bytes = s.d * s.itemsize, in_row_bytes = s.w * s.itemsize;
   std::vector<float> w(s.cp), acc(s.d);
   for (int64_t r = 0; r < rows; ++r) {
@@ -155,6 +122,47 @@ ffi::Error CombineCpu(ffi::AnyBuffer payload, ffi::Result<ffi::AnyBuffer> out,
     for (int64_t i = 0; i < s.d; ++i) StoreElem(orow, i, acc[i], s.itemsize);
     lse_p[r] = total > 0.f ? mx + std::log(total) : -std::numeric_limits<float>::infinity();
   }
+}
+
+ffi::Error CombineCpu(ffi::AnyBuffer payload, ffi::Result<ffi::AnyBuffer> out,
+                      ffi::Result<ffi::Buffer<ffi::F32>> lse_out) {
+  CombineShape s{};
+  if (auto e = CheckCombine(payload, *out, lse_out->dimensions(), &s); e.failure()) return e;
+  CombineRows(static_cast<const uint8_t*>(payload.untyped_data()), s, static_cast<uint8_t*>(out->untyped_data()),
+              lse_out->typed_data());
+  return ffi::Error::Success();
+}
+
+// helix_exchange_peer on CPU devices of one process: the GPU handler's protocol with host memory
+// (each rank publishes a receive buffer, stores its rows straight into the peers', waits until
+// every rank has stored, combines its own buffer), so CI runs the rendezvous on virtual devices.
+// Output = combine(lax.all_to_all(sanitize_pack(...))), bit for bit.
+ffi::Error ExchangePeerCpu(int32_t ordinal, ffi::RunId run, ffi::AnyBuffer o, ffi::Buffer<ffi::F32> lse,
+                           ffi::Buffer<ffi::PRED> mask, ffi::Result<ffi::AnyBuffer> out,
+                           ffi::Result<ffi::Buffer<ffi::F32>> lse_out, ffi::Span<const int64_t> groups, int64_t cp,
+                           double timeout_s) {
+  PackShape s{};
+  helix_peer::Group* group = nullptr;
+  int rank = 0;
+  if (auto e = FindPeerExchange(o, lse.dimensions(), mask.dimensions(), *out, lse_out->dimensions(), groups, cp,
+                                ordinal, &s, &group, &rank);
+      e.failure())
+    return e;
+  const int64_t out_row_bytes = s.w * s.itemsize;
+  std::vector<uint8_t> recv(static_cast<size_t>(s.cp * s.t * s.hc * out_row_bytes));
+  helix_peer::Entry all[helix_peer::kMaxRanks];
+  helix_peer::Entry mine;
+  mine.recv = recv.data();
+  std::pair<int64_t, uint64_t> key;
+  if (auto err = group->Publish(rank, run.run_id, mine, timeout_s, all, &key); !err.empty())
+    return ffi::Error::Internal(err);
+  PackRows(s, static_cast<const uint8_t*>(o.untyped_data()), lse.typed_data(), mask.typed_data(),
+           [&](int64_t g, int64_t t, int64_t hh) {
+             return static_cast<uint8_t*>(all[g].recv) + ((rank * s.t + t) * s.hc + hh) * out_row_bytes;
+           });
+  if (auto err = group->Finish(rank, key, timeout_s); !err.empty()) return ffi::Error::Internal(err);
+  const CombineShape cs{s.cp, s.t, s.hc, s.d, s.w, s.itemsize};
+  CombineRows(recv.data(), cs, static_cast<uint8_t*>(out->untyped_data()), lse_out->typed_data());
   return ffi::Error::Success();
 }
 
@@ -173,14 +181,15 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(HelixCombineCpu, CombineCpu,
                                   .Ret<ffi::AnyBuffer>()          // out [T, Hc, D]
                                   .Ret<ffi::Buffer<ffi::F32>>());  // lse [T, Hc]
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(HelixPackAllToAllCpu, PackAllToAllCpu,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HelixExchangePeerCpu, ExchangePeerCpu,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::DeviceOrdinal>()
                                   .Ctx<ffi::RunId>()
-                                  .Arg<ffi::AnyBuffer>()          // partial_out [T, H, D]
-                                  .Arg<ffi::Buffer<ffi::F32>>()   // lse [T, H]
-                                  .Arg<ffi::Buffer<ffi::PRED>>()  // zero_kv_mask [T]
-                                  .Ret<ffi::AnyBuffer>()          // received payload [cp(src), T, Hc, W]
+                                  .Arg<ffi::AnyBuffer>()           // partial_out [T, H, D]
+                                  .Arg<ffi::Buffer<ffi::F32>>()    // lse [T, H]
+                                  .Arg<ffi::Buffer<ffi::PRED>>()   // zero_kv_mask [T]
+                                  .Ret<ffi::AnyBuffer>()           // out [T, Hc, D]
+                                  .Ret<ffi::Buffer<ffi::F32>>()    // lse [T, Hc]
                                   .Attr<ffi::Span<const int64_t>>("groups")  // [num_groups, cp] ordinals
                                   .Attr<int64_t>("cp")
                                   .Attr<double>("timeout_s"));

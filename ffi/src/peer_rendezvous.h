@@ -1,4 +1,4 @@
-// Host-side rendezvous of the peer all-to-all (target helix_pack_all_to_all).
+// Host-side rendezvous of the peer exchange (target helix_exchange_peer).
 //
 // In one process the ranks of a cp group are devices whose handlers XLA runs on per-device threads
 // (the same threads that meet in XLA's own collective rendezvous). Every call of the target
@@ -28,8 +28,8 @@ namespace helix_peer {
 constexpr int kMaxRanks = 8;
 
 struct Entry {
-  void* recv = nullptr;   // this rank's receive buffer [cp(src), T, Hc, W]
-  void* flags = nullptr;  // GPU: this rank's flag block (peer_exchange kernel); CPU: unused
+  void* recv = nullptr;   // this rank's receive buffer for the call [cp(src), T, Hc, W]
+  void* flags = nullptr;  // GPU: this rank's flag block (exchange_cuda.cu); CPU: unused
   uint64_t gen = 0;       // GPU: this rank's call count in the group (all ranks must agree)
 };
 
@@ -107,7 +107,7 @@ class Group {
   std::string Describe(const std::string& what, int rank, int64_t run_id, uint64_t call, int count) const {
     std::string g;
     for (size_t i = 0; i < ordinals_.size(); ++i) g += (i ? "," : "") + std::to_string(ordinals_[i]);
-    return "helix_pack_all_to_all: rank " + std::to_string(rank) + " of the peer group of devices [" + g + "] " +
+    return "helix_exchange_peer: rank " + std::to_string(rank) + " of the peer group of devices [" + g + "] " +
            what + " at call " + std::to_string(call) + " of run " + std::to_string(run_id) + " (" +
            std::to_string(count) + " of " + std::to_string(size()) +
            " there): every rank of the group must run the same program; a peer may have failed. "
@@ -125,7 +125,7 @@ class Group {
 // `ordinal`, created once per process and never freed; `rank` = its column. "" or an error.
 inline std::string FindGroup(const int64_t* groups, int64_t n, int64_t cp, int ordinal, Group** out, int* rank) {
   if (cp < 1 || cp > kMaxRanks || n % cp != 0 || n == 0)
-    return "helix_pack_all_to_all: groups must be a non-empty [num_groups, cp] table with 1 <= cp <= " +
+    return "helix_exchange_peer: groups must be a non-empty [num_groups, cp] table with 1 <= cp <= " +
            std::to_string(kMaxRanks) + ", got " + std::to_string(n) + " entries for cp=" + std::to_string(cp);
   for (int64_t row = 0; row < n / cp; ++row) {
     for (int64_t c = 0; c < cp; ++c) {
@@ -142,7 +142,7 @@ inline std::string FindGroup(const int64_t* groups, int64_t n, int64_t cp, int o
       return "";
     }
   }
-  return "helix_pack_all_to_all: device ordinal " + std::to_string(ordinal) +
+  return "helix_exchange_peer: device ordinal " + std::to_string(ordinal) +
          " is in none of the peer groups passed (groups must list the mesh's devices by local ordinal)";
 }
 

@@ -9,9 +9,10 @@ that cannot run raises ``ValueError`` with the reason.
 
 Transports of the all-to-all (``transport=``):
   ``collective`` ``lax.all_to_all`` of the packed payload (XLA -> NCCL on GPU, gloo across processes).
-  ``peer``       the custom call ``helix_pack_all_to_all``: sanitize + pack stored straight into the
-                 peers' receive buffers (NVLink peer stores on GPU); devices of one process only,
-                 named by ``peer_groups`` (:func:`peer_groups`). Same output bits.
+  ``peer``       the custom call ``helix_exchange_peer``: sanitize + pack stored straight into the
+                 peers' receive buffers (NVLink peer stores on GPU), then the combine, in one call;
+                 devices of one process only, named by ``peer_groups`` (:func:`peer_groups`). Same
+                 output bits.
 ``transport=None`` picks ``peer`` on GPU with the ffi backend when ``peer_groups`` is given (it is
 measured faster there: ``benchmarks/NOTES.md``), else ``collective``.
 """
@@ -107,7 +108,7 @@ def _peer_problem(implementation, cp_size, groups, platform):
     from . import ffi
     if cp_size > ffi.MAX_PEER_RANKS:
         return f"cp_size={cp_size} exceeds the peer transport's {ffi.MAX_PEER_RANKS} ranks"
-    ok, reason = ffi.peer_availability(platform)
+    ok, reason = ffi.peer_availability(platform, g.tolist())
     return "" if ok else reason
 
 
@@ -206,16 +207,16 @@ def exchange(partial_out, lse, zero_kv_mask, *, axis_name: str, cp_size: int, im
             raise ValueError(f"zero_kv_mask must have shape {list(lead)}, got {list(zero_kv_mask.shape)}")
         zero_kv_mask = zero_kv_mask.reshape(t)
     name = resolve(implementation)
+    hc = h // cp_size
     if cp_size > 1 and resolve_transport(transport, implementation=name, cp_size=cp_size,
                                          peer_groups=peer_groups) == "peer":
         from . import ffi
-        payload = ffi.pack_all_to_all(*_pack_operands(partial_out.reshape(t, h, d), lse.reshape(t, h),
-                                                      zero_kv_mask, cp_size), peer_groups=peer_groups)
-    else:
-        payload = sanitize_pack(partial_out.reshape(t, h, d), lse.reshape(t, h), zero_kv_mask,
-                                cp_size=cp_size, implementation=name)
-        if cp_size > 1:
-            payload = jax.lax.all_to_all(payload, axis_name, 0, 0, tiled=True)
+        out, lse_out = ffi.exchange_peer(*_pack_operands(partial_out.reshape(t, h, d), lse.reshape(t, h),
+                                                         zero_kv_mask, cp_size), peer_groups=peer_groups)
+        return out.reshape(*lead, hc, d), lse_out.reshape(*lead, hc)
+    payload = sanitize_pack(partial_out.reshape(t, h, d), lse.reshape(t, h), zero_kv_mask,
+                            cp_size=cp_size, implementation=name)
+    if cp_size > 1:
+        payload = jax.lax.all_to_all(payload, axis_name, 0, 0, tiled=True)
     out, lse_out = combine_payload(payload, dtype=partial_out.dtype, implementation=name)
-    hc = h // cp_size
     return out.reshape(*lead, hc, d), lse_out.reshape(*lead, hc)

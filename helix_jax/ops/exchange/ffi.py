@@ -1,16 +1,20 @@
 """XLA FFI backend of the Helix exchange: targets ``helix_sanitize_pack``, ``helix_combine`` and the
-peer transport ``helix_pack_all_to_all``.
+peer transport ``helix_exchange_peer``.
 
 Handlers: ``ffi/src/exchange_cpu.cc`` (CI) and ``ffi/src/exchange_cuda.cu`` (16-byte-vector CUDA
 kernels). Payload layout as in :mod:`.reference` (bit-identical). Call inside ``shard_map``.
 
-``helix_pack_all_to_all`` fuses sanitize + pack with the all-to-all for the devices of one process:
-each rank publishes its receive buffer to its group (host rendezvous keyed by XLA's run id,
-``ffi/src/peer_rendezvous.h``) and stores its rows straight into the peers' buffers (on GPU over
-NVLink with peer access, with a device-side arrive/done flag handshake per block; on CPU with
-memcpy). Its output equals ``lax.all_to_all(sanitize_pack(...), axis, 0, 0, tiled=True)``.
+``helix_exchange_peer`` is the whole exchange for the devices of one process: each rank publishes
+its receive buffer to its group (host rendezvous keyed by XLA's run id, ``ffi/src/peer_rendezvous.h``),
+stores its sanitized, packed rows straight into the peers' buffers (on GPU: NVLink peer stores into
+two library-owned buffers used alternately, then per-block done flags; on CPU: memcpy and a host
+barrier) and combines its own buffer. Its outputs equal ``combine(lax.all_to_all(sanitize_pack(...)))``
+bit for bit.
 """
 from __future__ import annotations
+
+import ctypes
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -21,10 +25,10 @@ from .reference import container_dtype, pad_elems
 
 PACK_TARGET = "helix_sanitize_pack"
 COMBINE_TARGET = "helix_combine"
-A2A_TARGET = "helix_pack_all_to_all"
+PEER_TARGET = "helix_exchange_peer"
 _SYMBOLS = {PACK_TARGET: ("HelixSanitizePackCpu", "HelixSanitizePackCuda"),
             COMBINE_TARGET: ("HelixCombineCpu", "HelixCombineCuda")}
-_A2A_SYMBOLS = ("HelixPackAllToAllCpu", "HelixPackAllToAllCuda")
+_PEER_SYMBOLS = ("HelixExchangePeerCpu", "HelixExchangePeerCuda")
 MAX_PEER_RANKS = 8  # peer_rendezvous.h kMaxRanks
 PEER_TIMEOUT_S = 120.0
 DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32))
@@ -39,10 +43,25 @@ def availability(platform):
     return True, ""
 
 
-def peer_availability(platform):
-    """``(ok, reason)``: the peer all-to-all handler for ``platform`` is built and loadable."""
-    cpu, cuda = _A2A_SYMBOLS
-    return _ffi.target_availability(platform, cpu_symbol=cpu, cuda_symbol=cuda)
+def peer_availability(platform, groups=None):
+    """``(ok, reason)``: the peer exchange handler for ``platform`` is built and loadable and, on GPU,
+    every device of each group in ``groups`` can reach the others' memory directly."""
+    cpu, cuda = _PEER_SYMBOLS
+    ok, why = _ffi.target_availability(platform, cpu_symbol=cpu, cuda_symbol=cuda)
+    if not ok or platform not in ("gpu", "cuda") or groups is None:
+        return ok, why
+    for row in groups:
+        if not _peer_accessible(tuple(int(x) for x in row)):
+            return False, f"GPUs {list(row)} cannot access each other's memory directly (no peer-to-peer)"
+    return True, ""
+
+
+@functools.cache
+def _peer_accessible(ordinals: tuple) -> bool:
+    fn = _ffi.load_library("cuda").HelixPeerAccessible
+    fn.restype = ctypes.c_int
+    arr = (ctypes.c_int64 * len(ordinals))(*ordinals)
+    return bool(fn(arr, len(ordinals)))
 
 
 def preferred(platform):
@@ -82,21 +101,21 @@ def combine(payload, *, dtype):
 
 
 
-def pack_all_to_all(partial_out, lse, zero_kv_mask, *, peer_groups, timeout_s: float = PEER_TIMEOUT_S):
-    """Sanitize + pack + all-to-all in one custom call (peer transport).
+def exchange_peer(partial_out, lse, zero_kv_mask, *, peer_groups, timeout_s: float = PEER_TIMEOUT_S):
+    """Sanitize + pack + all-to-all + combine in one custom call (peer transport).
 
-    partial_out ``[T, H, D]``, lse ``[T, H]``, zero_kv_mask ``[T]`` -> received payload
-    ``[cp(src), T, H//cp, D+pad]``; ``peer_groups``: tuple of cp-tuples of local device ordinals,
-    one per cp group, in rank order (see :func:`helix_jax.exchange.peer_groups`).
+    partial_out ``[T, H, D]``, lse ``[T, H]``, zero_kv_mask ``[T]`` -> ``(out [T, H//cp, D] in
+    partial_out's dtype, lse [T, H//cp] float32)`` for this rank's head group; ``peer_groups``: tuple
+    of cp-tuples of local device ordinals, one per cp group, in rank order
+    (:func:`helix_jax.ops.exchange.peer_groups`).
     """
     _check_dtype(partial_out.dtype, "partial_out")
-    cpu, cuda = _A2A_SYMBOLS
-    _ffi.ensure_target(A2A_TARGET, cpu_symbol=cpu, cuda_symbol=cuda)
+    cpu, cuda = _PEER_SYMBOLS
+    _ffi.ensure_target(PEER_TARGET, cpu_symbol=cpu, cuda_symbol=cuda)
     groups = np.asarray(peer_groups, np.int64)
     cp = groups.shape[1]
     t, h, d = partial_out.shape
-    out = jax.ShapeDtypeStruct((cp, t, h // cp, d + pad_elems(partial_out.dtype)),
-                               container_dtype(partial_out.dtype))
-    return jax.ffi.ffi_call(A2A_TARGET, out, vmap_method="sequential")(
+    outs = (jax.ShapeDtypeStruct((t, h // cp, d), partial_out.dtype), jax.ShapeDtypeStruct((t, h // cp), jnp.float32))
+    return jax.ffi.ffi_call(PEER_TARGET, outs, vmap_method="sequential")(
         partial_out, lse.astype(jnp.float32), jnp.asarray(zero_kv_mask, bool),
         groups=groups.reshape(-1), cp=np.int64(cp), timeout_s=float(timeout_s))
