@@ -376,6 +376,20 @@ def test_peer_transport_cuda_lowering_emits_custom_call():
     assert "-> (tensor<3x2x512xbf16>, tensor<3x2xf32>)" in line, line
 
 
+def test_transport_without_gpu_peer_access_falls_back(monkeypatch):
+    """GPUs that cannot reach each other's memory: auto picks the collective transport, an explicit
+    'peer' raises naming the problem (selection logic only; the CUDA query is replaced)."""
+    from helix_jax import _ffi
+    from helix_jax.ops.exchange import ffi as xffi
+    monkeypatch.setattr(_ffi, "target_availability", lambda platform, **kw: (True, ""))
+    monkeypatch.setattr(xffi, "_peer_accessible", lambda ordinals: ordinals != (0, 1))
+    assert ex.resolve_transport(None, implementation="ffi", cp_size=2, peer_groups=((2, 3),), platform="gpu") == "peer"
+    assert ex.resolve_transport(None, implementation="ffi", cp_size=2, peer_groups=((0, 1),),
+                                platform="gpu") == "collective"
+    with pytest.raises(ValueError, match="cannot access each other's memory"):
+        ex.resolve_transport("peer", implementation="ffi", cp_size=2, peer_groups=((0, 1),), platform="gpu")
+
+
 def test_peer_transport_unknown_device_is_a_clear_error(rng):
     """Groups that do not name the running devices: an error naming the ordinal, never a hang."""
     mesh = make_cp_mesh(2)
