@@ -33,22 +33,13 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// Chunk i of the packed rows (row = token t, head h; out_chunks per row, the last one holding the
-// LSE): its value after sanitizing, its head group g and its position in the group's [T, Hc] rows.
+// Chunk c of packed row r (token t, out_chunks = in_chunks + 1 per row, the last holding the LSE),
+// sanitized: a masked token gives (0, -inf) and its partial is never read.
 template <typename Index>
-__device__ __forceinline__ uint4 PackChunk(const uint4* __restrict__ src, const float* __restrict__ lse,
-                                           const bool* __restrict__ mask, Index i, Index heads, Index hc,
-                                           Index in_chunks, Index* g, Index* t, Index* hh, Index* c) {
-  const Index out_chunks = in_chunks + 1;
-  const Index r = i / out_chunks;
-  *c = i - r * out_chunks;
-  *t = r / heads;
-  const Index h = r - *t * heads;
-  *g = h / hc;
-  *hh = h - *g * hc;
-  const bool m = mask[*t];
-  if (*c < in_chunks) return m ? make_uint4(0u, 0u, 0u, 0u) : __ldg(src + r * in_chunks + *c);  // masked: never read
-  return make_uint4(__float_as_uint(m ? -INFINITY : __ldg(lse + r)), 0u, 0u, 0u);
+__device__ __forceinline__ uint4 SanitizedChunk(const uint4* __restrict__ src, const float* __restrict__ lse,
+                                                bool masked, Index r, Index c, Index in_chunks) {
+  if (c < in_chunks) return masked ? make_uint4(0u, 0u, 0u, 0u) : __ldg(src + r * in_chunks + c);
+  return make_uint4(__float_as_uint(masked ? -INFINITY : __ldg(lse + r)), 0u, 0u, 0u);
 }
 
 template <typename Index>
@@ -58,9 +49,10 @@ __global__ void SanitizePackKernel(const uint4* __restrict__ src, const float* _
   const Index out_chunks = in_chunks + 1;  // + the chunk holding the LSE
   const Index n = t_len * heads * out_chunks;
   for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < n; i += Index(gridDim.x) * blockDim.x) {
-    Index g, t, hh, c;
-    const uint4 v = PackChunk(src, lse, mask, i, heads, hc, in_chunks, &g, &t, &hh, &c);
-    dst[((g * t_len + t) * hc + hh) * out_chunks + c] = v;
+    const Index r = i / out_chunks, c = i - r * out_chunks;
+    const Index t = r / heads, h = r - t * heads;
+    const Index g = h / hc, hh = h - g * hc;
+    dst[((g * t_len + t) * hc + hh) * out_chunks + c] = SanitizedChunk(src, lse, mask[t], r, c, in_chunks);
   }
 }
 
@@ -135,7 +127,7 @@ __device__ __forceinline__ T LoadPayload(const T* p) {
 // Source s of combined row r (token r / Hc, head (r % Hc) of this rank's group): its LSE and data
 // chunk c, from the received payload, or for the peer exchange's own group from the partial output
 // (sanitized here as the pack would: a masked token's LSE is -inf, so its data is never used).
-template <bool kPeer, typename Index>
+template <typename Index>
 __device__ __forceinline__ Index OwnRow(const PeerWait& w, Index r) {
   const Index hc = Index(w.hc), t = r / hc;
   return t * Index(w.heads) + Index(w.rank) * hc + (r - t * hc);
@@ -145,7 +137,7 @@ template <bool kPeer, typename Index>
 __device__ __forceinline__ float SourceLse(const float* lse_base, const PeerWait& w, int s, Index rows, Index r,
                                            Index d_chunks) {
   if constexpr (kPeer) {
-    if (s == w.rank) return w.mask[r / Index(w.hc)] ? -INFINITY : __ldg(w.own_lse + OwnRow<kPeer>(w, r));
+    if (s == w.rank) return w.mask[r / Index(w.hc)] ? -INFINITY : __ldg(w.own_lse + OwnRow(w, r));
   }
   return LoadPayload<kPeer>(lse_base + ((Index(s) * rows + r) * (d_chunks + 1) + d_chunks) * 4);
 }
@@ -154,7 +146,7 @@ template <bool kPeer, typename Index>
 __device__ __forceinline__ uint4 SourceChunk(const uint4* payload, const PeerWait& w, int s, Index rows, Index r,
                                              Index c, Index d_chunks) {
   if constexpr (kPeer) {
-    if (s == w.rank) return __ldg(w.own + OwnRow<kPeer>(w, r) * d_chunks + c);
+    if (s == w.rank) return __ldg(w.own + OwnRow(w, r) * d_chunks + c);
   }
   return LoadPayload<kPeer>(payload + (Index(s) * rows + r) * (d_chunks + 1) + c);
 }
@@ -195,7 +187,6 @@ __global__ void CombineKernel(const uint4* __restrict__ payload, uint4* __restri
                               float* __restrict__ lse_out, int cp, Index rows, Index d_chunks, PeerWait wait) {
   if constexpr (kPeer) WaitForPeers(wait);
   constexpr int kPer = kBf16 ? 8 : 4;
-  const Index in_chunks = d_chunks + 1;
   const Index n = rows * d_chunks;
   const float* lse_base = reinterpret_cast<const float*>(payload);
   for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < n; i += Index(gridDim.x) * blockDim.x) {
@@ -228,7 +219,6 @@ __global__ void CombineKernelFixed(const uint4* __restrict__ payload, uint4* __r
                                    float* __restrict__ lse_out, Index rows, Index d_chunks, PeerWait wait) {
   if constexpr (kPeer) WaitForPeers(wait);
   constexpr int kPer = kBf16 ? 8 : 4;
-  const Index in_chunks = d_chunks + 1;
   const Index n = rows * d_chunks;
   const float* lse_base = reinterpret_cast<const float*>(payload);
   for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < n; i += Index(gridDim.x) * blockDim.x) {
@@ -295,8 +285,9 @@ ffi::Error SanitizePackCuda(cudaStream_t stream, ffi::AnyBuffer o, ffi::Buffer<f
   return LaunchStatus("helix_sanitize_pack launch");
 }
 
-// wait == nullptr: helix_combine; else the peer exchange's combine (waits for the peers' rows, and
-// its grid is capped so each block's flag poll is paid a bounded number of times).
+// kPeer = false: helix_combine (wait unused); true: the peer exchange's combine (waits for the peers'
+// rows, reads its own group from the partial output; its grid is capped so each block's flag poll is
+// paid a bounded number of times).
 template <bool kBf16, bool kPeer>
 void LaunchCombine(cudaStream_t stream, const uint4* src, uint4* dst, float* lse, const CombineShape& s,
                    int64_t d_chunks, const PeerWait& wait) {
@@ -380,14 +371,7 @@ __global__ void __launch_bounds__(kPeerThreads) PeerSendKernel(const uint4* __re
     const Index t = rr / sent_heads, hp = rr - t * sent_heads;
     const Index h = hp < own_first ? hp : hp + hc;                 // skip the own group
     const Index g = h / hc, hh = h - g * hc, r = t * heads + h;
-    const bool m = mask[t];
-    uint4 v;
-    if (c < in_chunks) {
-      v = m ? make_uint4(0u, 0u, 0u, 0u) : __ldg(src + r * in_chunks + c);  // masked: never read
-    } else {
-      v = make_uint4(__float_as_uint(m ? -INFINITY : __ldg(lse + r)), 0u, 0u, 0u);
-    }
-    a.recv[g][((rank * t_len + t) * hc + hh) * out_chunks + c] = v;
+    a.recv[g][((rank * t_len + t) * hc + hh) * out_chunks + c] = SanitizedChunk(src, lse, mask[t], r, c, in_chunks);
   }
   __threadfence_system();
   __syncthreads();

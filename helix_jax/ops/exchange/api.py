@@ -83,15 +83,18 @@ def resolve_transport(transport, *, implementation: str, cp_size: int, peer_grou
     platform = jax.default_backend() if platform is None else platform
     if transport not in (None,) + TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS} or None, got {transport!r}")
+    if transport == "collective" or (transport is None and platform not in ("gpu", "cuda")):
+        return "collective"  # nothing to probe
     why = _peer_problem(implementation, cp_size, peer_groups, platform)
     if transport == "peer":
         if why:
             raise ValueError(f"transport='peer' cannot run: {why}")
         return "peer"
-    if transport is None and not why and platform in ("gpu", "cuda"):
-        log.debug("exchange: peer transport")
-        return "peer"
-    return "collective"
+    if why:
+        log.debug("exchange: collective transport (%s)", why)
+        return "collective"
+    log.debug("exchange: peer transport")
+    return "peer"
 
 
 def _peer_problem(implementation, cp_size, groups, platform):
