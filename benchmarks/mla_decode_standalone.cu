@@ -59,6 +59,17 @@ static Case MakeCase(int B, int G, int H, int P, const std::vector<int>& lens, u
   c.qlf.resize(c.ql.size()); c.qrf.resize(c.qr.size());
   for (size_t i = 0; i < c.ql.size(); ++i) c.qlf[i] = Bf2F(c.ql[i]);
   for (size_t i = 0; i < c.qr.size(); ++i) c.qrf[i] = Bf2F(c.qr[i]);
+  // Poison every pool slot past its sequence's bound with NaN (the kernels must never let one reach the
+  // output); the reference reads only slots below the bounds (dl / dr keep the random values).
+  for (int b = 0; b < B; ++b) {
+    int len = 0;
+    for (int g = 0; g < G; ++g) len = std::max(len, c.bounds[b * G + g]);
+    for (int t = len; t < c.npp * P; ++t) {
+      const size_t row = (size_t)c.table[b * c.npp + t / P] * P + t % P;
+      for (int e = 0; e < 512; ++e) c.cl[row * 512 + e] = 0x7FC0;
+      for (int e = 0; e < 64; ++e) c.kr[row * 64 + e] = 0x7FC0;
+    }
+  }
   return c;
 }
 
@@ -330,9 +341,12 @@ static float TimeMs(Dev& d, int iters, const QParams& qp = QParams{}, int part =
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // line-buffered: a hang or timeout keeps what was printed
   const bool small = argc > 1 && std::strcmp(argv[1], "small") == 0;
-  const bool qsmall = argc > 1 && std::strcmp(argv[1], "qsmall") == 0;  // checks + quantized small-G*H timing only
+  const bool qsmall = argc > 1 && std::strcmp(argv[1], "qsmall") == 0;
+  const bool load = argc > 1 && std::strcmp(argv[1], "load") == 0;  // checks + seesaw load-path timings only  // checks + quantized small-G*H timing only
   const float scale = 0.0721f;
   const char* names[3] = {"mma", "wgmma", "seesaw"};
+  const char* load_names[3] = {"cpasync", "tma", "tma_evict_first"};
+  bool load_ok = true;
   int ok_mask = 7;
   // Unbalanced lengths, zero-length sequences and zero-bound rows, a partial second row tile (G*H = 80),
   // single-tile and odd/even tile-count segments (seesaw ownership), page sizes 64 and 16.
@@ -341,6 +355,7 @@ int main(int argc, char** argv) {
       {4, 2, 40, 64, {1000, 0, 77, 130}},
       {9, 4, 16, 16, {1, 64, 65, 3000, 128, 129, 0, 191, 5000}},
       {3, 1, 128, 64, {8000, 64, 1}},
+      {5, 4, 16, 128, {129, 4000, 64, 255, 2}},
   };
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const CaseDef& cd = cases[ci];
@@ -353,7 +368,40 @@ int main(int argc, char** argv) {
       });
       if (!ok) ok_mask &= ~(1 << mode);
     }
+    // Seesaw KV load paths forced (kVar 8 / 16 / 32: cp.async / TMA / TMA evict-first; TMA needs P % 64
+    // == 0, so the P = 16 case runs cp.async under every flag).
+    for (int ld = 0; ld < 3; ++ld) {
+      std::printf("case %zu (B=%d G=%d H=%d P=%d) seesaw load=%s:\n", ci, cd.B, cd.G, cd.H, cd.P, load_names[ld]);
+      const bool ok = RunChecked(c, d, scale, [&] {
+        if (ld == 0) Run<kSeesaw, kFmtNative, 8>(d); else if (ld == 1) Run<kSeesaw, kFmtNative, 16>(d);
+        else Run<kSeesaw, kFmtNative, 32>(d);
+      });
+      if (!ok) load_ok = false;
+    }
     Free(d);
+  }
+  std::printf("seesaw load paths passing: %s\n", load_ok ? "all" : "NOT ALL");
+  if (!load_ok) ok_mask &= ~4;
+  if (load) {  // seesaw load paths: whole call, main kernel alone, loads alone, math alone (L = 64K, P = 64)
+    struct S { int B, G, H; };
+    for (S sh : {S{64, 1, 128}, S{16, 4, 128}, S{64, 4, 64}, S{64, 4, 16}, S{64, 1, 16}, S{1, 1, 128}}) {
+      Dev d = UploadTiming(sh.B, sh.G, sh.H, 64, 65536, scale);
+      const double flops = 2.0 * sh.B * sh.G * sh.H * 65536.0 * 1088, bytes = (double)sh.B * 65536 * 576 * 2;
+      auto line = [&](const char* name, auto var) {
+        constexpr int kV = decltype(var)::value;
+        const int it = sh.B == 1 ? 50 : 5;
+        const float a = TimeMs<kSeesaw, kFmtNative, kV>(d, it), m = TimeMs<kSeesaw, kFmtNative, kV>(d, it, QParams{}, 1);
+        const float ld = TimeMs<kSeesaw, kFmtNative, kV | 2>(d, it, QParams{}, 1), mt = TimeMs<kSeesaw, kFmtNative, kV | 4>(d, it, QParams{}, 1);
+        std::printf("load B=%d G=%d H=%d %-15s: %.4f ms (%.1f TFLOP/s, %.2f TB/s)  main-only %.4f  loads-only %.4f (%.2f TB/s into SMs)"
+                    "  math-only %.4f (%.1f TFLOP/s)\n", sh.B, sh.G, sh.H, name, a, flops / a / 1e9, bytes / a / 1e9, m, ld,
+                    bytes * ((sh.G * sh.H + 63) / 64) / ld / 1e9, mt, flops / mt / 1e9);
+      };
+      line("cpasync", std::integral_constant<int, 8>{});
+      line("tma", std::integral_constant<int, 16>{});
+      line("tma_evict_first", std::integral_constant<int, 32>{});
+      Free(d);
+    }
+    return (ok_mask & 4) ? 0 : 1;
   }
   // Small-G*H kernel (G*H <= 16): tokens as the wgmma M dimension. Bit 3 of ok_mask.
   {

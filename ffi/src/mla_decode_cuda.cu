@@ -29,6 +29,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <cudaTypedefs.h>  // CUtensorMap and the cuTensorMapEncodeTiled signature (called through the runtime's entry point)
 
 #include <atomic>
 #include <cstdint>
@@ -853,6 +854,59 @@ int KernelModeFromEnv() {
   return mode;
 }
 
+// KV load path of the seesaw kernel from HELIX_MLA_DECODE_LOAD, read once: auto (default) = TMA with an L2
+// evict-first hint where the page size is a multiple of 64, else cp.async; tma (no hint) falls back the same
+// way; cpasync forces cp.async. Returns kLoad (0..2) or -1 for a bad value.
+int LoadModeFromEnv() {
+  static const int mode = [] {
+    const char* v = std::getenv("HELIX_MLA_DECODE_LOAD");
+    if (v == nullptr || std::strcmp(v, "auto") == 0 || std::strcmp(v, "tma_evict_first") == 0) return 2;
+    if (std::strcmp(v, "tma") == 0) return 1;
+    if (std::strcmp(v, "cpasync") == 0) return 0;
+    return -1;
+  }();
+  return mode;
+}
+
+// Encodes the seesaw kernel's two KV-pool tensor maps (see SsMaps). cuTensorMapEncodeTiled is a host-only
+// driver call reached through the runtime's entry point (no libcuda link); a one-entry cache per thread
+// skips it when the pool is the one of the previous call (the usual case in a decode loop).
+cudaError_t EncodeKvMaps(const Params& p, SsMaps* maps) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (encode == nullptr) return cudaErrorSymbolNotFound;
+  struct Key {
+    const void *lat, *rope;
+    long long rows;
+  };
+  thread_local Key last{nullptr, nullptr, -1};
+  thread_local SsMaps cached;
+  const long long rows = (long long)p.N * p.P;
+  if (last.lat == p.c_lat && last.rope == p.k_rope && last.rows == rows) {
+    *maps = cached;
+    return cudaSuccess;
+  }
+  const cuuint32_t box[2] = {64, 64}, estride[2] = {1, 1};
+  auto one = [&](CUtensorMap* m, const void* base, int width) {
+    const cuuint64_t dims[2] = {(cuuint64_t)width, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)width * 2};
+    // 2-byte elements; TMA copies bytes, so the bf16 map serves f16 pools as well.
+    return encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box, estride,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  };
+  if (one(&maps->lat, p.c_lat, kDl) != CUDA_SUCCESS || one(&maps->rope, p.k_rope, kDr) != CUDA_SUCCESS)
+    return cudaErrorInvalidValue;
+  cached = *maps;
+  last = Key{p.c_lat, p.k_rope, rows};
+  return cudaSuccess;
+}
+
 // The >48 KB shared-memory opt-in of `kernel` is per device: set it once for each device this process
 // launches on (a once-per-process flag left every GPU but the first failing the launch). `ready` holds
 // one bit per device and belongs to the kernel instantiation.
@@ -884,8 +938,24 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
     mla_small_gh<kBf16, kFmt, kNc, kNp, kV><<<grid, 128 * (kNc + kNp), kSmSmemBytes, stream>>>(p, s, qp);
   } else if constexpr (kMode == kSeesaw) {
     static_assert(kFmt == kFmtNative, "the seesaw kernel reads 16-bit pages");
-    if ((err = OptInSharedMemory(mla_seesaw<kBf16, kVar>, kSsSmemBytes, ready)) != cudaSuccess) return err;
-    mla_seesaw<kBf16, kVar><<<grid, kSsThreads, kSsSmemBytes, stream>>>(p, s);
+    // kVar bits 8 / 16 / 32 (standalone driver) force the cp.async / TMA / TMA evict-first loads.
+    constexpr int kV = kVar & 7;
+    int load = (kVar & 8) ? 0 : (kVar & 16) ? 1 : (kVar & 32) ? 2 : LoadModeFromEnv();
+    if (load < 0) return cudaErrorInvalidValue;  // Launch checks the variable first and names it
+    if (p.P % kTokTile != 0) load = 0;            // a tile must be 64 consecutive pool rows for one TMA box
+    SsMaps maps{};
+    if (load != 0 && (err = EncodeKvMaps(p, &maps)) != cudaSuccess) return err;
+    static std::atomic<uint64_t> ready1{0}, ready2{0};
+    if (load == 0) {
+      if ((err = OptInSharedMemory(mla_seesaw<kBf16, kV, 0>, kSsSmemBytes, ready)) != cudaSuccess) return err;
+      mla_seesaw<kBf16, kV, 0><<<grid, kSsThreads, kSsSmemBytes, stream>>>(p, s, maps);
+    } else if (load == 1) {
+      if ((err = OptInSharedMemory(mla_seesaw<kBf16, kV, 1>, kSsSmemBytes, ready1)) != cudaSuccess) return err;
+      mla_seesaw<kBf16, kV, 1><<<grid, kSsThreads, kSsSmemBytes, stream>>>(p, s, maps);
+    } else {
+      if ((err = OptInSharedMemory(mla_seesaw<kBf16, kV, 2>, kSsSmemBytes, ready2)) != cudaSuccess) return err;
+      mla_seesaw<kBf16, kV, 2><<<grid, kSsThreads, kSsSmemBytes, stream>>>(p, s, maps);
+    }
   } else {
     if ((err = OptInSharedMemory(mla_split_kv<kBf16, kMode, kFmt>, kSmemBytes, ready)) != cudaSuccess) return err;
     mla_split_kv<kBf16, kMode, kFmt><<<grid, kThreads, kSmemBytes, stream>>>(p, s, qp);
@@ -899,6 +969,8 @@ template <bool kBf16, int kFmt = kFmtNative>
 ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms, uint16_t* o, float* lse,
                   const QParams& qp = QParams{}) {
   const int mode = kFmt == kFmtNative ? KernelModeFromEnv() : DequantModeFromEnv();
+  if (kFmt == kFmtNative && LoadModeFromEnv() < 0)
+    return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_LOAD must be auto, tma_evict_first, tma or cpasync");
   if (mode < 0)
     return ffi::Error::InvalidArgument(kFmt == kFmtNative ? "helix_mla_decode: HELIX_MLA_DECODE_KERNEL must be auto, small, seesaw, wgmma or mma"
                                                           : "helix_mla_decode: HELIX_MLA_DECODE_DEQUANT must be auto, small, pipe, tile or fp8qk");

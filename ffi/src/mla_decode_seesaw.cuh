@@ -1,8 +1,8 @@
 // Warp-specialized "seesaw" split-KV kernel for native 16-bit pages (HELIX_MLA_DECODE_KERNEL=seesaw).
 // Included by mla_decode_cuda.cu (uses its tile layout, descriptors and Params / Sched).
 //
-// One CTA = 3 warpgroups over a 64-row query tile: WG2 is the producer (cp.async of Q and of 64-token
-// KV tiles into two 72 KB buffers, completion signalled on per-64-column-block mbarriers), WG0 and WG1
+// One CTA = 3 warpgroups over a 64-row query tile: WG2 is the producer (Q by cp.async; 64-token KV tiles
+// into two 72 KB buffers, completion signalled on per-64-column-block mbarriers), WG0 and WG1
 // are consumers that own the left / right 256 output columns (64 x 256 fp32 accumulators each).
 // Local tile j of a segment is "owned" by WG j%2: the owner computes S_j = Q K_j^T on a full 64-token
 // tile (m64n64 wgmma, so Q is read from shared memory once per 64 tokens), the running max m_j and
@@ -16,6 +16,13 @@
 // owner's S order (owner's V half, rope block, the other half), so the next tile's S can start on its
 // first blocks early. Softmax statistics: both WGs apply every alpha_j in order; each sums the row sums
 // of the tiles it owns; L = l_0 + l_1 at the end of a segment.
+//
+// KV loads (kLoad): 0 = cp.async by all 128 producer threads (any page size); 1 / 2 = TMA (page size a
+// multiple of 64: a tile is 64 consecutive pool rows): one producer thread issues 9 tensor copies of
+// 64 x 64 per tile (8 latent blocks from one tensor map, the rope block from another; the maps' 128-byte
+// swizzle is exactly TileOff's layout), completion by transaction count on the same per-block mbarriers
+// (2: with an L2 evict-first hint). A sequence's last, partial tile still goes through cp.async, which
+// zero-fills the slots past the bound (a pool slot past it may hold anything, NaN included).
 #pragma once
 
 namespace helix_ffi {
@@ -23,10 +30,11 @@ namespace {
 
 constexpr int kSsThreads = 384;
 constexpr int kSsTileBytes = kTileElems * 2;  // 73728
+constexpr int kSsProducerRegs = 40, kSsConsumerRegs = 232;  // setmaxnreg budgets (see the producer)
 constexpr int kSsSmemBytes = 3 * kSsTileBytes + 2 * 64 * 4 + 2 * 2 * 64 * 4 + 32 * 8 + 1024;
 
 struct SsBars {
-  uint64_t full[2][9];   // per buffer, per 64-column block: 128 producer arrivals (cp.async completion)
+  uint64_t full[2][9];   // per buffer, per 64-column block: 128 producer arrivals (cp.async) or 1 (+ bytes: TMA)
   uint64_t empty[2][3];  // per buffer: left V, right V, rope/P block: 256 consumer arrivals
   uint64_t q_full, q_empty;
 };
@@ -50,6 +58,32 @@ __device__ __forceinline__ void CpAsyncMbarArrive(uint64_t* b) {
 }
 __device__ __forceinline__ void NamedBarSync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void NamedBarArrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+// Non-aligned named barrier: lanes of one warp may reach it at different points (the TMA producer's
+// thread 0 issues copies while its warp's other lanes run ahead; bar.sync requires a converged warp).
+__device__ __forceinline__ void NamedBarSyncDiv(int id, int n) {
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void MbarArriveExpectTx(uint64_t* b, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(SmemAddr(b)), "r"(bytes) : "memory");
+}
+// One 2-D TMA tensor copy (box of the map) to shared memory, completing `bytes` on bar.
+template <bool kEvictFirst>
+__device__ __forceinline__ void TmaLoad2d(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar, uint64_t pol) {
+  const uint64_t m = reinterpret_cast<uint64_t>(map);
+  if constexpr (kEvictFirst)
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;\n"
+        ::"r"(SmemAddr(dst)), "l"(m), "r"(x), "r"(y), "r"(SmemAddr(bar)), "l"(pol) : "memory");
+  else
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                 ::"r"(SmemAddr(dst)), "l"(m), "r"(x), "r"(y), "r"(SmemAddr(bar)) : "memory");
+}
+
+// Tensor maps of the KV pool for the TMA loads: c_lat as [N*P rows, 512] and k_rope as [N*P rows, 64],
+// box 64 x 64, 128-byte swizzle. A kernel parameter (__grid_constant__), encoded on the host per call.
+struct SsMaps {
+  CUtensorMap lat, rope;
+};
 
 template <bool kBf16>
 __device__ __forceinline__ void WgmmaS64(float (&d)[8][4], uint64_t da, uint64_t db) {
@@ -93,8 +127,8 @@ __device__ __forceinline__ void CopyKvBlock(uint16_t* dst, const Params& p, cons
 // kVar (timing probes of the standalone driver only; not correct kernels): bit 0 drops the consumer's
 // proxy fence after each block's mbarrier wait; bit 1: consumers do no math (wait for each tile, release
 // it): the load pipeline alone; bit 2: the producer copies nothing (arrives only): the math alone.
-template <bool kBf16, int kVar = 0>
-__global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s) {
+template <bool kBf16, int kVar = 0, int kLoad = 0>
+__global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, const __grid_constant__ SsMaps maps) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem);
@@ -105,7 +139,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s) {
 
   if (threadIdx.x == 0) {
     for (int b = 0; b < 2; ++b) {
-      for (int c = 0; c < 9; ++c) MbarInit(&bars->full[b][c], 128);
+      for (int c = 0; c < 9; ++c) MbarInit(&bars->full[b][c], kLoad ? 1 : 128);
       for (int c = 0; c < 3; ++c) MbarInit(&bars->empty[b][c], 256);
     }
     MbarInit(&bars->q_full, 128);
@@ -120,9 +154,21 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s) {
   if (wg == 2) {
     // ---------------- producer ----------------
     // Registers move to the consumers (ptxas allocates each region under its setmaxnreg budget):
-    // 128 x 40 + 256 x 232 <= 64K.
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    // 128 x 40 + 256 x 232 = 384 x 168, the registers the CTA is launched with (ptxas's count under
+    // __launch_bounds__(384, 1)): a larger sum makes the consumers' increase wait forever. The TMA path's
+    // producer spills a few words at 40 (outside the copies).
+    static_assert(128 * kSsProducerRegs + 256 * kSsConsumerRegs <= kSsThreads * ((65536 / kSsThreads) & ~7),
+                  "setmaxnreg budgets exceed the registers the CTA is launched with");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kSsProducerRegs));
     const int pt = threadIdx.x - 256, hh = pt & 1;
+    uint64_t pol = 0;
+    if constexpr (kLoad == 2) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+    if constexpr (kLoad != 0) {
+      if (pt == 0) {
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&maps.lat)) : "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&maps.rope)) : "memory");
+      }
+    }
     int k = 0, sc = 0;
     for (int si = range.x; si < range.y; ++si) {
       const int4 seg = s.seg[si];
@@ -143,6 +189,61 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s) {
         if constexpr (kVar & 4) MbarArrive(&bars->q_full); else CpAsyncMbarArrive(&bars->q_full);
       }
       const int cq = pt & 7, tg = pt >> 3;
+      if constexpr (kLoad != 0) {
+        // TMA: thread 0 issues whole tiles (page id read one tile ahead); a partial last tile goes through
+        // cp.async by all 128 threads (zero fill past len), each waits for its own copies, and after a
+        // producer barrier thread 0 arrives once per block (count 1, as for TMA). Once per segment.
+        auto page_of = [&](int t0) { return t0 < len ? min(max(__ldg(p.page_table + (long long)b * p.npp + t0 / p.P), 0), p.N - 1) : 0; };
+        int pg_next = pt == 0 ? page_of(blk0 * kTokTile) : 0;
+        for (int j = 0; j < n; ++j, ++k) {
+          const int buf = k & 1, u = k >> 1, own = j & 1, t0 = (blk0 + j) * kTokTile;
+          uint16_t* dst = reinterpret_cast<uint16_t*>(kbuf + buf * kSsTileBytes);
+          if (t0 + kTokTile <= len) {
+            if (pt != 0) continue;
+            const int y = pg_next * p.P + t0 % p.P;
+            if (j + 1 < n) pg_next = page_of(t0 + kTokTile);
+#pragma unroll 1
+            for (int q = 0; q < 3; ++q) {
+              const int part = q == 0 ? own : q == 1 ? 2 : 1 - own;
+              if (u >= 1) MbarWait(&bars->empty[buf][part], (u - 1) & 1);
+              const int c0 = part * 4, c1 = part == 2 ? 9 : c0 + 4;
+#pragma unroll
+              for (int c = c0; c < c1; ++c) {
+                if constexpr (kVar & 4) {
+                  MbarArrive(&bars->full[buf][c]);
+                  continue;
+                }
+                MbarArriveExpectTx(&bars->full[buf][c], kBlockBytes);
+                TmaLoad2d<kLoad == 2>(dst + c * (kBlockBytes / 2), c < 8 ? &maps.lat : &maps.rope, c < 8 ? c * 64 : 0, y,
+                                      &bars->full[buf][c], pol);
+              }
+            }
+          } else {
+            // Threads other than 0 skipped the whole tiles' empty waits; a parity wait can only be trusted
+            // for the latest phase, so first let thread 0 get here (it has waited for every earlier phase).
+            NamedBarSyncDiv(4, 128);
+            int pg[4];
+            uint32_t row[4];
+            TilePages(p, b, t0, len, tg, pg);
+            TileRows(p, t0, len, tg, pg, row);
+#pragma unroll 1
+            for (int q = 0; q < 3; ++q) {
+              const int part = q == 0 ? own : q == 1 ? 2 : 1 - own;
+              if (u >= 1) MbarWait(&bars->empty[buf][part], (u - 1) & 1);
+              const int c0 = part * 4, c1 = part == 2 ? 9 : c0 + 4;
+#pragma unroll
+              for (int c = c0; c < c1; ++c)
+                if constexpr (!(kVar & 4)) CopyKvBlock(dst, p, row, tg, cq, c);
+            }
+            CpAsyncWait<0>();  // this thread's copies have landed; after the barrier, everyone's
+            NamedBarSyncDiv(4, 128);
+            if (pt == 0)
+              for (int c = 0; c < 9; ++c) MbarArrive(&bars->full[buf][c]);
+          }
+        }
+        ++sc;
+        continue;
+      }
       int pg_next[4];
       TilePages(p, b, blk0 * kTokTile, len, tg, pg_next);
       for (int j = 0; j < n; ++j, ++k) {
@@ -176,7 +277,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s) {
   }
 
   // ---------------- consumers (wg 0: output columns 0..255, wg 1: 256..511) ----------------
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kSsConsumerRegs));
   const int w = wg;
   const int wt = threadIdx.x & 127, lane = threadIdx.x & 31;
   const int lr0 = (wt >> 5) * 16 + (lane >> 2), lr1 = lr0 + 8;
