@@ -6,6 +6,10 @@ CPU (CI): ``reference``, ``ffi`` (C++ CPU handler; a missing library FAILS, it n
 Pools carry NaN in unused pages and in slots past every token's bound, so a read outside the valid
 region (or a masked 0 * NaN) shows up as NaN.
 """
+import os
+import pathlib
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,6 +17,8 @@ import pytest
 
 from helix_jax.cache import MLAPages
 from helix_jax.ops.mla_decode import mla_decode
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 SCALE = 1.0 / np.sqrt(192.0)
 
@@ -273,3 +279,23 @@ def test_helix_mla_attention_routes_to_ffi(kv_dtype, rng):
         a, b = np.asarray(a), np.asarray(b)
         assert np.isfinite(a).all()
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
+
+
+def test_repeat_script_small():
+    """benchmarks/mla_decode_repeat.py (oracle + bitwise rerun check) runs and passes on a small case."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("mla_decode_repeat", ROOT / "benchmarks" / "mla_decode_repeat.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--small", "--runs", "2"]) == 0
+
+
+@pytest.mark.gpu
+def test_gpu_contract_tma_loads():
+    """Every GPU contract case with the opt-in TMA loads of the seesaw kernel (HELIX_MLA_DECODE_LOAD is read
+    once per process: a subprocess), three calls each, against the oracle and bitwise against the first."""
+    import subprocess
+    env = dict(os.environ, HELIX_MLA_DECODE_LOAD="tma_evict_first")
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mla_decode_repeat.py"), "--runs", "3"],
+                         env=env, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
