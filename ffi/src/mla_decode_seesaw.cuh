@@ -124,6 +124,14 @@ __device__ __forceinline__ void CopyKvBlock(uint16_t* dst, const Params& p, cons
   }
 }
 
+// Part q (0..2) of a tile's refill in the owner's S order (owner's V half, rope/P block, the other WG's
+// half, freed last): waits for that part's release and returns its 64-column blocks [c0, c1).
+__device__ __forceinline__ int2 RefillPart(SsBars* bars, int buf, int u, int own, int q) {
+  const int part = q == 0 ? own : q == 1 ? 2 : 1 - own;
+  if (u >= 1) MbarWait(&bars->empty[buf][part], (u - 1) & 1);
+  return make_int2(part * 4, part == 2 ? 9 : part * 4 + 4);
+}
+
 // kVar (timing probes of the standalone driver only; not correct kernels): bit 0 drops the consumer's
 // proxy fence after each block's mbarrier wait; bit 1: consumers do no math (wait for each tile, release
 // it): the load pipeline alone; bit 2: the producer copies nothing (arrives only): the math alone.
@@ -204,11 +212,9 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
             if (j + 1 < n) pg_next = page_of(t0 + kTokTile);
 #pragma unroll 1
             for (int q = 0; q < 3; ++q) {
-              const int part = q == 0 ? own : q == 1 ? 2 : 1 - own;
-              if (u >= 1) MbarWait(&bars->empty[buf][part], (u - 1) & 1);
-              const int c0 = part * 4, c1 = part == 2 ? 9 : c0 + 4;
+              const int2 cr = RefillPart(bars, buf, u, own, q);
 #pragma unroll
-              for (int c = c0; c < c1; ++c) {
+              for (int c = cr.x; c < cr.y; ++c) {
                 if constexpr (kVar & 4) {
                   MbarArrive(&bars->full[buf][c]);
                   continue;
@@ -228,11 +234,9 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
             TileRows(p, t0, len, tg, pg, row);
 #pragma unroll 1
             for (int q = 0; q < 3; ++q) {
-              const int part = q == 0 ? own : q == 1 ? 2 : 1 - own;
-              if (u >= 1) MbarWait(&bars->empty[buf][part], (u - 1) & 1);
-              const int c0 = part * 4, c1 = part == 2 ? 9 : c0 + 4;
+              const int2 cr = RefillPart(bars, buf, u, own, q);
 #pragma unroll
-              for (int c = c0; c < c1; ++c)
+              for (int c = cr.x; c < cr.y; ++c)
                 if constexpr (!(kVar & 4)) CopyKvBlock(dst, p, row, tg, cq, c);
             }
             CpAsyncWait<0>();  // this thread's copies have landed; after the barrier, everyone's
@@ -252,15 +256,11 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         uint32_t row[4];
         TileRows(p, (blk0 + j) * kTokTile, len, tg, pg_next, row);
         if (j + 1 < n) TilePages(p, b, (blk0 + j + 1) * kTokTile, len, tg, pg_next);
-        // Refill order = the owner's S order: owner's V half, rope/P block, the other WG's half (freed last).
-        const int own = j & 1;
 #pragma unroll
         for (int q = 0; q < 3; ++q) {
-          const int part = q == 0 ? own : q == 1 ? 2 : 1 - own;
-          if (u >= 1) MbarWait(&bars->empty[buf][part], (u - 1) & 1);
-          const int c0 = part * 4, c1 = part == 2 ? 9 : c0 + 4;
+          const int2 cr = RefillPart(bars, buf, u, j & 1, q);
 #pragma unroll
-          for (int c = c0; c < c1; ++c) {
+          for (int c = cr.x; c < cr.y; ++c) {
             if constexpr (kVar & 4) {
               MbarArrive(&bars->full[buf][c]);
               continue;
