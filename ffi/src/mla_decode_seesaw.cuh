@@ -239,7 +239,8 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
               for (int c = cr.x; c < cr.y; ++c)
                 if constexpr (!(kVar & 4)) CopyKvBlock(dst, p, row, tg, cq, c);
             }
-            CpAsyncWait<0>();  // this thread's copies have landed; after the barrier, everyone's
+            CpAsyncWaitAll();  // this thread's copies have landed (wait_group 0 would not cover them: never
+                               // committed); after the barrier, everyone's
             NamedBarSyncDiv(4, 128);
             if (pt == 0)
               for (int c = 0; c < 9; ++c) MbarArrive(&bars->full[buf][c]);
@@ -272,7 +273,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       }
       ++sc;
     }
-    CpAsyncWait<0>();
+    CpAsyncWaitAll();
     return;
   }
 
