@@ -341,8 +341,8 @@ static float TimeMs(Dev& d, int iters, const QParams& qp = QParams{}, int part =
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // line-buffered: a hang or timeout keeps what was printed
   const bool small = argc > 1 && std::strcmp(argv[1], "small") == 0;
-  const bool qsmall = argc > 1 && std::strcmp(argv[1], "qsmall") == 0;
-  const bool load = argc > 1 && std::strcmp(argv[1], "load") == 0;  // checks + seesaw load-path timings only  // checks + quantized small-G*H timing only
+  const bool qsmall = argc > 1 && std::strcmp(argv[1], "qsmall") == 0;  // checks + quantized small-G*H timing only
+  const bool load = argc > 1 && std::strcmp(argv[1], "load") == 0;      // checks + seesaw load-path timings only
   const float scale = 0.0721f;
   const char* names[3] = {"mma", "wgmma", "seesaw"};
   const char* load_names[3] = {"cpasync", "tma", "tma_evict_first"};

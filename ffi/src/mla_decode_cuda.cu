@@ -950,17 +950,12 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
     if (p.P % kTokTile != 0) load = 0;            // a tile must be 64 consecutive pool rows for one TMA box
     SsMaps maps{};
     if (load != 0 && (err = EncodeKvMaps(p, &maps)) != cudaSuccess) return err;
-    static std::atomic<uint64_t> ready1{0}, ready2{0};
-    if (load == 0) {
-      if ((err = OptInSharedMemory(mla_seesaw<kBf16, kV, 0>, kSsSmemBytes, ready)) != cudaSuccess) return err;
-      mla_seesaw<kBf16, kV, 0><<<grid, kSsThreads, kSsSmemBytes, stream>>>(p, s, maps);
-    } else if (load == 1) {
-      if ((err = OptInSharedMemory(mla_seesaw<kBf16, kV, 1>, kSsSmemBytes, ready1)) != cudaSuccess) return err;
-      mla_seesaw<kBf16, kV, 1><<<grid, kSsThreads, kSsSmemBytes, stream>>>(p, s, maps);
-    } else {
-      if ((err = OptInSharedMemory(mla_seesaw<kBf16, kV, 2>, kSsSmemBytes, ready2)) != cudaSuccess) return err;
-      mla_seesaw<kBf16, kV, 2><<<grid, kSsThreads, kSsSmemBytes, stream>>>(p, s, maps);
-    }
+    // One instantiation per load path, each with its own per-device shared-memory opt-in flags.
+    static decltype(&mla_seesaw<kBf16, kV, 0>) const kernels[3] = {mla_seesaw<kBf16, kV, 0>, mla_seesaw<kBf16, kV, 1>,
+                                                                   mla_seesaw<kBf16, kV, 2>};
+    static std::atomic<uint64_t> ready_by_load[3];
+    if ((err = OptInSharedMemory(kernels[load], kSsSmemBytes, ready_by_load[load])) != cudaSuccess) return err;
+    kernels[load]<<<grid, kSsThreads, kSsSmemBytes, stream>>>(p, s, maps);
   } else {
     if ((err = OptInSharedMemory(mla_split_kv<kBf16, kMode, kFmt>, kSmemBytes, ready)) != cudaSuccess) return err;
     mla_split_kv<kBf16, kMode, kFmt><<<grid, kThreads, kSmemBytes, stream>>>(p, s, qp);
