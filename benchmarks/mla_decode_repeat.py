@@ -18,20 +18,9 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT)]
 
-from test_mla_decode_contract import GPU_CASES, check, make_case, run  # noqa: E402
+from test_mla_decode_contract import GPU_CASES, check, gpu_case, run  # noqa: E402
 
 SMALL = (3, 4, 8, 64, [300, 64, 1])   # a CPU-sized case, to smoke-test this script without a GPU
-
-
-def build(B, G, H, P, lens, seed):
-    """The bounds / pool of test_gpu_contract for this case (same seed as the pytest node id)."""
-    rng = np.random.default_rng(seed)
-    lens = np.asarray(lens)
-    bounds = np.maximum(lens[:, None] - (G - 1) + np.arange(G)[None, :], 0)
-    bounds[:, 0] = np.where(np.arange(B) % 3 == 2, 0, bounds[:, 0])
-    bounds = np.minimum(bounds + (np.arange(G)[None, :] % 2), max(lens.max(), 1))
-    npp = -(-int(bounds.max()) // P)
-    return make_case(rng, bounds=bounds, H=H, P=P, npp=max(npp, 1), spare_pages=2)
 
 
 def main(argv=None):
@@ -49,7 +38,8 @@ def main(argv=None):
     for name, (B, G, H, P, lens) in cases:
         nodeid = (f"tests/test_mla_decode_contract.py::test_gpu_contract[{B}-{G}-{H}-{P}-lens{name}-"
                   f"{args.implementation}]")
-        case = build(B, G, H, P, lens, zlib.crc32(nodeid.encode()))
+        # Same seed as the pytest node (tests/conftest.py's rng fixture), so the same inputs.
+        case = gpu_case(np.random.default_rng(zlib.crc32(nodeid.encode())), B, G, H, P, lens)
         o0, l0 = run(case, args.implementation)
         bad_check = bad_bits = 0
         t0 = time.time()

@@ -243,18 +243,23 @@ GPU_CASES = [
 ]
 
 
+def gpu_case(rng, B, G, H, P, lens):
+    """The pool and bounds of one GPU_CASES entry (also used by benchmarks/mla_decode_repeat.py)."""
+    lens = np.asarray(lens)
+    bounds = np.maximum(lens[:, None] - (G - 1) + np.arange(G)[None, :], 0)
+    bounds[:, 0] = np.where(np.arange(B) % 3 == 2, 0, bounds[:, 0])   # zero-bound rows beside live ones
+    bounds = np.minimum(bounds + (np.arange(G)[None, :] % 2), max(lens.max(), 1))  # != implicit bound
+    npp = -(-int(bounds.max()) // P)
+    return make_case(rng, bounds=bounds, H=H, P=P, npp=max(npp, 1), spare_pages=2)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("implementation", ["ffi", "pallas"])
 @pytest.mark.parametrize("B,G,H,P,lens", GPU_CASES)
 def test_gpu_contract(implementation, B, G, H, P, lens, rng):
     if jax.default_backend() != "gpu":
         pytest.fail("the gpu-marked tests need a GPU backend")
-    lens = np.asarray(lens)
-    bounds = np.maximum(lens[:, None] - (G - 1) + np.arange(G)[None, :], 0)
-    bounds[:, 0] = np.where(np.arange(B) % 3 == 2, 0, bounds[:, 0])   # zero-bound rows beside live ones
-    bounds = np.minimum(bounds + (np.arange(G)[None, :] % 2), max(lens.max(), 1))  # != implicit bound
-    npp = -(-int(bounds.max()) // P)
-    case = make_case(rng, bounds=bounds, H=H, P=P, npp=max(npp, 1), spare_pages=2)
+    case = gpu_case(rng, B, G, H, P, lens)
     check(case, *run(case, implementation))
 
 
