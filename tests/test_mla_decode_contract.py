@@ -296,11 +296,13 @@ def test_repeat_script_small():
 
 
 @pytest.mark.gpu
-def test_gpu_contract_tma_loads():
-    """Every GPU contract case with the opt-in TMA loads of the seesaw kernel (HELIX_MLA_DECODE_LOAD is read
-    once per process: a subprocess), three calls each, against the oracle and bitwise against the first."""
+@pytest.mark.parametrize("load", ["tma_evict_first", "cpasync", "tma"])
+def test_gpu_contract_load_paths(load):
+    """Every GPU contract case with each KV load path of the seesaw kernel (HELIX_MLA_DECODE_LOAD is read once
+    per process: a subprocess), three calls each, against the oracle and bitwise against the first (a result
+    that changes between identical calls is a race)."""
     import subprocess
-    env = dict(os.environ, HELIX_MLA_DECODE_LOAD="tma_evict_first")
+    env = dict(os.environ, HELIX_MLA_DECODE_LOAD=load)
     res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mla_decode_repeat.py"), "--runs", "3"],
                          env=env, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]

@@ -857,16 +857,14 @@ int KernelModeFromEnv() {
   return mode;
 }
 
-// KV load path of the seesaw kernel from HELIX_MLA_DECODE_LOAD, read once: auto (default) = cpasync;
-// tma_evict_first (TMA with an L2 evict-first hint, 1.04-1.15x faster on the H200) and tma (no hint) are
-// opt-in where the page size is a multiple of 64 (else cp.async): one run of the B=128 G=4 H=128 GPU
-// contract case failed with TMA (two passed; likely the tail's wait_group, since fixed, not yet rerun on
-// a GPU: benchmarks/NOTES.md, attempt 7). Returns kLoad (0..2) or -1 for a bad value.
+// KV load path of the seesaw kernel from HELIX_MLA_DECODE_LOAD, read once: auto (default) = tma_evict_first
+// (TMA with an L2 evict-first hint where the page size is a multiple of 64, else cp.async; 1.04-1.15x faster
+// than cp.async on the H200), tma (no hint), cpasync. Returns kLoad (0..2) or -1 for a bad value.
 int LoadModeFromEnv() {
   static const int mode = [] {
     const char* v = std::getenv("HELIX_MLA_DECODE_LOAD");
-    if (v == nullptr || std::strcmp(v, "auto") == 0 || std::strcmp(v, "cpasync") == 0) return 0;
-    if (std::strcmp(v, "tma_evict_first") == 0) return 2;
+    if (v == nullptr || std::strcmp(v, "auto") == 0 || std::strcmp(v, "tma_evict_first") == 0) return 2;
+    if (std::strcmp(v, "cpasync") == 0) return 0;
     if (std::strcmp(v, "tma") == 0) return 1;
     return -1;
   }();
