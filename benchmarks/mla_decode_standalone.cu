@@ -185,20 +185,23 @@ static void Free(Dev& d) {
   for (void* p : {(void*)d.ql, (void*)d.qr, (void*)d.cl, (void*)d.kr, (void*)d.o, (void*)d.pt, (void*)d.bd, (void*)d.lse, (void*)d.ws}) CK(cudaFree(p));
 }
 
-// part: 0 = whole call (schedule + main + combine), 1 = main kernel only (after one whole call).
+// part: 0 = whole call (schedule + main + combine), 1 = main kernel only (after one whole call), 2 = the
+// schedule alone, 3 = the combine alone. g_wide: the combine kernel (-1: Launch's rule, 0 / 1: force).
+static int g_wide = -1;
 template <int kMode, int kFmt = kFmtNative, int kVar = 0>
 static void Run(Dev& d, const QParams& qp = QParams{}, int part = 0) {
   Params p = d.p;
   const int mtiles = (p.GH + kRowsTile - 1) / kRowsTile;
-  const int num_parts = std::min(std::max(d.num_sms / mtiles, 1), kMaxParts);
+  int num_parts = std::min(std::max(d.num_sms / mtiles, 1), kMaxParts);
+  if (kMode == kSeesaw && SeesawLoad(p, mtiles, kVar) == 3) num_parts = SeesawClusterParts<true>(mtiles, num_parts);
   const WsLayout l = Layout(p.B, p.GH);
   Sched s{reinterpret_cast<int4*>(d.ws + l.seg), reinterpret_cast<int2*>(d.ws + l.part), reinterpret_cast<int2*>(d.ws + l.batch)};
   p.lse_part = reinterpret_cast<float*>(d.ws + l.lse);
   p.o_part = reinterpret_cast<float*>(d.ws + l.o);
-  if (part == 0) mla_schedule<<<1, 1>>>(p.bounds, p.B, p.G, p.cap, num_parts, s);
+  if (part == 0 || part == 2) LaunchSchedule(p.bounds, p.B, p.G, p.cap, num_parts, s, reinterpret_cast<int*>(p.lse_part), 0);
   CK(cudaGetLastError());
-  CK((LaunchMain<true, kMode, kFmt, kVar>(p, s, num_parts, mtiles, 0, qp)));
-  if (part == 0) mla_combine<true><<<(unsigned)(p.B * p.GH), 128>>>(p.o_part, p.lse_part, s, p.GH, d.o, d.lse);
+  if (part <= 1) CK((LaunchMain<true, kMode, kFmt, kVar>(p, s, num_parts, mtiles, 0, qp)));
+  if (part == 0 || part == 3) LaunchCombine<true>(p, s, num_parts, d.o, d.lse, 0, g_wide);
   CK(cudaGetLastError());
 }
 
@@ -345,7 +348,7 @@ int main(int argc, char** argv) {
   const bool load = argc > 1 && std::strcmp(argv[1], "load") == 0;      // checks + seesaw load-path timings only
   const float scale = 0.0721f;
   const char* names[3] = {"mma", "wgmma", "seesaw"};
-  const char* load_names[3] = {"cpasync", "tma", "tma_evict_first"};
+  const char* load_names[4] = {"cpasync", "tma", "tma_evict_first", "tma_multicast"};
   bool load_ok = true;
   int ok_mask = 7;
   // Unbalanced lengths, zero-length sequences and zero-bound rows, a partial second row tile (G*H = 80),
@@ -356,7 +359,42 @@ int main(int argc, char** argv) {
       {9, 4, 16, 16, {1, 64, 65, 3000, 128, 129, 0, 191, 5000}},
       {3, 1, 128, 64, {8000, 64, 1}},
       {5, 4, 16, 128, {129, 4000, 64, 255, 2}},
+      {5, 2, 128, 128, {130, 7000, 0, 64, 2049}},  // four row tiles (two clusters per part), P = 128
   };
+  {  // the device schedule (parallel up to kSchedMaxB sequences, serial past it) equals the host's serial one
+    std::mt19937 rng(77);
+    bool same = true;
+    int n = 0;
+    for (int it = 0; it < 300 && same; ++it, ++n) {
+      const int B = 1 + rng() % (it % 10 == 0 ? 3000 : it % 3 == 0 ? 300 : 40), G = 1 + rng() % 8;
+      const int parts = 1 + rng() % kMaxParts, cap = 64 * (1 + rng() % 2048);
+      std::vector<int> bounds(B * G);
+      for (auto& v : bounds) v = it % 4 == 0 ? (int)(rng() % (cap + 1)) : rng() % 3 == 0 ? 0 : (int)(rng() % 5000) - 2;
+      std::vector<int4> seg(B + kMaxParts), dseg(B + kMaxParts);
+      std::vector<int2> part(parts), dpart(parts), batch(B), dbatch(B);
+      std::vector<int> scratch(B + kMaxParts);
+      BuildSchedule(bounds.data(), B, G, cap, parts, Sched{seg.data(), part.data(), batch.data()}, scratch.data());
+      int *db, *dscr;
+      int4* dsg;
+      int2 *dpt, *dbt;
+      CK(cudaMalloc(&db, bounds.size() * 4)); CK(cudaMalloc(&dscr, scratch.size() * 4));
+      CK(cudaMalloc(&dsg, seg.size() * 16)); CK(cudaMalloc(&dpt, parts * 8)); CK(cudaMalloc(&dbt, B * 8));
+      CK(cudaMemcpy(db, bounds.data(), bounds.size() * 4, cudaMemcpyHostToDevice));
+      LaunchSchedule(db, B, G, cap, parts, Sched{dsg, dpt, dbt}, dscr, 0);
+      CK(cudaGetLastError());
+      CK(cudaMemcpy(dpart.data(), dpt, parts * 8, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(dbatch.data(), dbt, B * 8, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(dseg.data(), dsg, seg.size() * 16, cudaMemcpyDeviceToHost));
+      const int nseg = part[parts - 1].y;
+      for (int q = 0; q < parts; ++q) same &= part[q].x == dpart[q].x && part[q].y == dpart[q].y;
+      for (int b = 0; b < B; ++b) same &= batch[b].x == dbatch[b].x && batch[b].y == dbatch[b].y;
+      for (int i = 0; i < nseg; ++i) same &= seg[i].x == dseg[i].x && seg[i].y == dseg[i].y && seg[i].z == dseg[i].z;
+      if (!same) std::printf("schedule differs: B=%d G=%d parts=%d (batch %d)\n", B, G, parts, it);
+      CK(cudaFree(db)); CK(cudaFree(dscr)); CK(cudaFree(dsg)); CK(cudaFree(dpt)); CK(cudaFree(dbt));
+    }
+    std::printf("device schedule equals the host's: %s (%d batches)\n", same ? "yes" : "NO", n);
+    if (!same) return 1;
+  }
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const CaseDef& cd = cases[ci];
     Case c = MakeCase(cd.B, cd.G, cd.H, cd.P, cd.lens, 1 + (unsigned)ci);
@@ -368,15 +406,22 @@ int main(int argc, char** argv) {
       });
       if (!ok) ok_mask &= ~(1 << mode);
     }
-    // Seesaw KV load paths forced (kVar 8 / 16 / 32: cp.async / TMA / TMA evict-first; TMA needs P % 64
-    // == 0, so the P = 16 case runs cp.async under every flag).
-    for (int ld = 0; ld < 3; ++ld) {
+    // Seesaw KV load paths forced (kVar 8 / 16 / 32 / 64: cp.async / TMA / TMA evict-first / multicast; TMA
+    // needs P % 64 == 0, so the P = 16 case runs cp.async under every flag; multicast an even row-tile count).
+    for (int ld = 0; ld < 4; ++ld) {
       std::printf("case %zu (B=%d G=%d H=%d P=%d) seesaw load=%s:\n", ci, cd.B, cd.G, cd.H, cd.P, load_names[ld]);
       const bool ok = RunChecked(c, d, scale, [&] {
         if (ld == 0) Run<kSeesaw, kFmtNative, 8>(d); else if (ld == 1) Run<kSeesaw, kFmtNative, 16>(d);
-        else Run<kSeesaw, kFmtNative, 32>(d);
+        else if (ld == 2) Run<kSeesaw, kFmtNative, 32>(d);
+        else Run<kSeesaw, kFmtNative, 64>(d);
       });
       if (!ok) load_ok = false;
+    }
+    for (int wide = 0; wide < 2; ++wide) {  // both combine kernels, whichever Launch's rule picks here
+      std::printf("case %zu (B=%d G=%d H=%d P=%d) seesaw combine=%s:\n", ci, cd.B, cd.G, cd.H, cd.P, wide ? "wide" : "narrow");
+      g_wide = wide;
+      if (!RunChecked(c, d, scale, [&] { Run<kSeesaw>(d); })) load_ok = false;
+      g_wide = -1;
     }
     Free(d);
   }
@@ -384,11 +429,22 @@ int main(int argc, char** argv) {
   if (!load_ok) ok_mask &= ~4;
   if (load) {  // seesaw load paths: whole call, main kernel alone, loads alone, math alone (L = 64K, P = 64)
     struct S { int B, G, H; };
+    {
+      int sms = 0;
+      CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+      std::printf("multicast: parts for 2 / 8 row tiles = %d / %d (SMs %d)\n", SeesawClusterParts<true>(2, sms / 2),
+                  SeesawClusterParts<true>(8, sms / 8), sms);
+    }
+    // argv[2] (optional): only shapes with this H; argv[3]: only the load path of this name.
+    const int only_h = argc > 2 ? std::atoi(argv[2]) : 0;
+    const char* only_load = argc > 3 ? argv[3] : nullptr;
     for (S sh : {S{64, 1, 128}, S{16, 4, 128}, S{64, 4, 64}, S{64, 4, 16}, S{64, 1, 16}, S{1, 1, 128}}) {
+      if (only_h && sh.H != only_h) continue;
       Dev d = UploadTiming(sh.B, sh.G, sh.H, 64, 65536, scale);
       const double flops = 2.0 * sh.B * sh.G * sh.H * 65536.0 * 1088, bytes = (double)sh.B * 65536 * 576 * 2;
       auto line = [&](const char* name, auto var) {
         constexpr int kV = decltype(var)::value;
+        if (only_load && std::strcmp(only_load, name) != 0) return;
         const int it = sh.B == 1 ? 50 : 5;
         const float a = TimeMs<kSeesaw, kFmtNative, kV>(d, it), m = TimeMs<kSeesaw, kFmtNative, kV>(d, it, QParams{}, 1);
         const float ld = TimeMs<kSeesaw, kFmtNative, kV | 2>(d, it, QParams{}, 1), mt = TimeMs<kSeesaw, kFmtNative, kV | 4>(d, it, QParams{}, 1);
@@ -399,6 +455,18 @@ int main(int argc, char** argv) {
       line("cpasync", std::integral_constant<int, 8>{});
       line("tma", std::integral_constant<int, 16>{});
       line("tma_evict_first", std::integral_constant<int, 32>{});
+      line("tma_multicast", std::integral_constant<int, 64>{});
+      {  // the other two launches of a call, alone (after a whole call built the schedule and partials)
+        const int it = 50;
+        const float sch = TimeMs<kSeesaw, kFmtNative, 32>(d, it, QParams{}, 2);
+        g_wide = 0;
+        const float cn = TimeMs<kSeesaw, kFmtNative, 32>(d, it, QParams{}, 3);
+        g_wide = 1;
+        const float cw = TimeMs<kSeesaw, kFmtNative, 32>(d, it, QParams{}, 3);
+        g_wide = -1;
+        std::printf("load B=%d G=%d H=%d schedule-only %.4f  combine-only narrow %.4f wide %.4f (Launch picks %s)\n", sh.B,
+                    sh.G, sh.H, sch, cn, cw, CombineWide(sh.B, std::min(d.num_sms / ((sh.G * sh.H + 63) / 64), kMaxParts)) ? "wide" : "narrow");
+      }
       Free(d);
     }
     return (ok_mask & 4) ? 0 : 1;

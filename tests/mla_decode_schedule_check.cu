@@ -31,8 +31,9 @@ int main() {
       }
     std::vector<int4> seg(B + kMaxParts);
     std::vector<int2> part(num_parts), batch(B);
+    std::vector<int> scratch(B + kMaxParts);
     Sched s{seg.data(), part.data(), batch.data()};
-    BuildSchedule(bounds.data(), B, G, cap, num_parts, s);
+    BuildSchedule(bounds.data(), B, G, cap, num_parts, s, scratch.data());
     long long total = 0;
     std::vector<int> nblk(B);
     for (int b = 0; b < B; ++b) {

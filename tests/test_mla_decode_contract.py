@@ -296,7 +296,7 @@ def test_repeat_script_small():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("load", ["tma_evict_first", "cpasync", "tma"])
+@pytest.mark.parametrize("load", ["tma_evict_first", "cpasync", "tma", "tma_multicast"])
 def test_gpu_contract_load_paths(load):
     """Every GPU contract case with each KV load path of the seesaw kernel (HELIX_MLA_DECODE_LOAD is read once
     per process: a subprocess), three calls each, against the oracle and bitwise against the first (a result

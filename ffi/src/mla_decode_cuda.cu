@@ -1,7 +1,7 @@
 // CUDA handlers of the helix_mla_decode{,_fp8,_nvfp4} FFI targets for Hopper (sm_90a).
 //
 // Three launches per call, all on XLA's stream:
-//   1. mla_schedule   (1 thread)   splits the step's total KV work evenly over `num_parts` CTAs per
+//   1. mla_schedule   (1 x 512)    splits the step's total KV work evenly over `num_parts` CTAs per
 //                                  64-row query tile, from kv_bounds on the device (like FlashMLA's
 //                                  metadata): segments (b, first block, end block) in (b, block) order.
 //   2. mla_split_kv   (num_parts x row tiles, 256 threads) each CTA walks its segments; per segment
@@ -9,7 +9,9 @@
 //                                  sets of 4 warps), streams 64-token KV tiles through a cp.async double
 //                                  buffer, runs QK^T and PV on tensor cores (mma.sync m16n8k16) and
 //                                  writes a locally normalised partial (o, lse) per segment.
-//   3. mla_combine    (B*G*H blocks) exact LSE-weighted merge of a sequence's segments into o / lse.
+//   3. mla_combine    (B*G*H blocks) exact LSE-weighted merge of a sequence's segments into o / lse
+//                                  (mla_combine_wide, B*G*H x 4 blocks, where sequences have >= 4 segments
+//                                  on average, e.g. B = 1).
 // Query rows = G*H folded (row r = g*H + h); each row is masked by its own token's bound.
 // Only slots < max_g bound of a sequence are read, only through its page table; zero-filled otherwise.
 //
@@ -70,44 +72,138 @@ __host__ __device__ inline int SeqLen(const int* bounds, int b, int G, int cap) 
   return len;
 }
 
-// The split-KV schedule (host-callable so a CPU test can check it): segments in (b, block) order, each
-// part's cost (tiles + kSegOverhead per segment) at most per_part; the last part takes any remainder.
-__host__ __device__ inline void BuildSchedule(const int* bounds, int B, int G, int cap, int num_parts, Sched s) {
-  long long total = 0;
-  for (int b = 0; b < B; ++b) {
-    const int nblk = (SeqLen(bounds, b, G, cap) + kTokTile - 1) / kTokTile;
-    total += nblk ? nblk + kSegOverhead : 0;
+// The split-KV schedule, in "cost space": sequence b with n_b > 0 tiles occupies kSegOverhead + n_b positions
+// [c_b, c_b + kSegOverhead + n_b) of a line of total = sum of those (the first kSegOverhead positions stand for
+// the cost of starting a segment, its tiles follow); part p takes positions [p W, (p + 1) W) with
+// W = ceil(total / num_parts), and a segment is one part's share of one sequence's tiles. Segments come out in
+// (b, tile) order, each part's contiguous, each part's cost (tiles + kSegOverhead per segment) at most W + 1.
+// Every piece is a function of (c_b, n_b, W), so the device kernel computes the sequences in parallel.
+__host__ __device__ inline int SeqSegCount(long long c, int n, long long W) {
+  if (n <= 0) return 0;
+  const long long f = c + kSegOverhead;
+  return (int)((f + n - 1) / W - f / W + 1);
+}
+// Writes sequence b's segments from index `base` (and each one's part into sp, if given); returns their count.
+__host__ __device__ inline int WriteSeqSegs(Sched s, int b, long long c, int n, long long W, int base, int* sp) {
+  const int cnt = SeqSegCount(c, n, W);
+  s.batch[b] = make_int2(base, cnt);
+  const long long f = c + kSegOverhead;
+  for (int k = 0; k < cnt; ++k) {
+    const long long p = f / W + k;
+    const long long lo = (p * W > f ? p * W : f) - f, hi = ((p + 1) * W < f + n ? (p + 1) * W : f + n) - f;
+    s.seg[base + k] = make_int4(b, (int)lo, (int)hi, 0);
+    if (sp != nullptr) sp[base + k] = (int)p;
   }
-  const long long per_part = (total + num_parts - 1) / num_parts + kSegOverhead;
-  int p = 0, seg = 0;
-  long long budget = per_part;
-  s.part[0].x = 0;
-  for (int b = 0; b < B; ++b) {
-    const int nblk = (SeqLen(bounds, b, G, cap) + kTokTile - 1) / kTokTile;
-    s.batch[b].x = seg;
-    int blk = 0;
-    while (blk < nblk) {
-      if (budget < kSegOverhead + 1 && p < num_parts - 1) {
-        s.part[p].y = seg;
-        ++p;
-        s.part[p].x = seg;
-        budget = per_part;
-      }
-      long long take = nblk - blk;
-      if (p < num_parts - 1 && take > budget - kSegOverhead) take = budget - kSegOverhead;
-      s.seg[seg] = make_int4(b, blk, blk + (int)take, 0);
-      ++seg;
-      budget -= take + kSegOverhead;
-      blk += (int)take;
-    }
-    s.batch[b].y = seg - s.batch[b].x;
-  }
-  s.part[p].y = seg;
-  for (int q = p + 1; q < num_parts; ++q) s.part[q] = make_int2(seg, seg);
+  return cnt;
+}
+__host__ __device__ inline long long SchedWidth(long long total, int num_parts) {
+  return total > 0 ? (total + num_parts - 1) / num_parts : 1;
 }
 
-__global__ void mla_schedule(const int* __restrict__ bounds, int B, int G, int cap, int num_parts, Sched s) {
-  if (threadIdx.x == 0 && blockIdx.x == 0) BuildSchedule(bounds, B, G, cap, num_parts, s);
+// Serial form (host-callable, so tests/mla_decode_schedule_check.cu checks it; also the device fallback for
+// B > kSchedMaxB). sp: scratch for the segments' parts, B + num_parts ints.
+__host__ __device__ inline void BuildSchedule(const int* bounds, int B, int G, int cap, int num_parts, Sched s, int* sp) {
+  long long total = 0;
+  for (int b = 0; b < B; ++b) {
+    const int n = (SeqLen(bounds, b, G, cap) + kTokTile - 1) / kTokTile;
+    total += n ? n + kSegOverhead : 0;
+  }
+  const long long W = SchedWidth(total, num_parts);
+  long long c = 0;
+  int nseg = 0;
+  for (int b = 0; b < B; ++b) {
+    const int n = (SeqLen(bounds, b, G, cap) + kTokTile - 1) / kTokTile;
+    nseg += WriteSeqSegs(s, b, c, n, W, nseg, sp);
+    c += n ? n + kSegOverhead : 0;
+  }
+  int q = 0;  // parts are sorted along the segments: part q starts at the first segment whose part is >= q
+  for (int i = 0; i < nseg; ++i)
+    for (; q <= sp[i]; ++q) s.part[q].x = i;
+  for (; q < num_parts; ++q) s.part[q].x = nseg;
+  for (q = 0; q < num_parts; ++q) s.part[q].y = q + 1 < num_parts ? s.part[q + 1].x : nseg;
+}
+
+constexpr int kSchedThreads = 512, kSchedMaxB = 2048;  // parallel kernel's shared memory: 16 B per sequence
+constexpr int SchedSmemBytes(int B) { return B * 16 + (B + kMaxParts) * 4; }
+
+// Exclusive prefix sum over the block (kSchedThreads); *total = the sum. ws: 32 words of shared memory.
+__device__ inline long long BlockExclusiveScan(long long v, long long* ws, long long* total) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  long long x = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const long long y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += y;
+  }
+  if (lane == 31) ws[w] = x;
+  __syncthreads();
+  if (w == 0) {
+    long long y = lane < kSchedThreads / 32 ? ws[lane] : 0;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const long long z = __shfl_up_sync(0xffffffffu, y, o);
+      if (lane >= o) y += z;
+    }
+    if (lane < kSchedThreads / 32) ws[lane] = y;
+  }
+  __syncthreads();
+  const long long before = (w ? ws[w - 1] : 0) + x - v;
+  *total = ws[kSchedThreads / 32 - 1];
+  __syncthreads();  // ws is reused by the next scan
+  return before;
+}
+
+// The schedule on the device, one block: sequences' tile counts and cost offsets by two block scans, each
+// thread writing the segments of its own few sequences (the single-thread walk took 24-36 us at B = 64 on
+// the H200, ~2 % of a call). B > kSchedMaxB: the serial form on one thread (scratch: the lse workspace).
+__global__ void __launch_bounds__(kSchedThreads) mla_schedule(const int* __restrict__ bounds, int B, int G, int cap,
+                                                              int num_parts, Sched s, int* scratch) {
+  if (B > kSchedMaxB) {
+    if (threadIdx.x == 0) BuildSchedule(bounds, B, G, cap, num_parts, s, scratch);
+    return;
+  }
+  extern __shared__ long long sched_smem[];
+  long long* c = sched_smem;                  // [B] cost offset
+  int* nb = reinterpret_cast<int*>(c + B);    // [B] tiles
+  int* sb = nb + B;                           // [B] first segment
+  int* sp = sb + B;                           // [B + kMaxParts] part of each segment
+  __shared__ long long ws[32];
+  __shared__ int px[kMaxParts + 1];
+  const int t = threadIdx.x, chunk = (B + kSchedThreads - 1) / kSchedThreads;
+  const int b0 = min(B, t * chunk), b1 = min(B, b0 + chunk);
+  long long mine = 0;
+  for (int b = b0; b < b1; ++b) {
+    const int n = (SeqLen(bounds, b, G, cap) + kTokTile - 1) / kTokTile;
+    nb[b] = n;
+    mine += n ? n + kSegOverhead : 0;
+  }
+  long long total;
+  long long run = BlockExclusiveScan(mine, ws, &total);
+  const long long W = SchedWidth(total, num_parts);
+  long long cnt = 0;
+  for (int b = b0; b < b1; ++b) {
+    c[b] = run;
+    cnt += SeqSegCount(run, nb[b], W);
+    run += nb[b] ? nb[b] + kSegOverhead : 0;
+  }
+  long long nseg_ll;
+  int base = (int)BlockExclusiveScan(cnt, ws, &nseg_ll);
+  const int nseg = (int)nseg_ll;
+  for (int b = b0; b < b1; ++b) base += WriteSeqSegs(s, b, c[b], nb[b], W, base, sp);
+  __syncthreads();
+  // Part q starts at the first segment whose part is >= q: segment i starts parts (part(i-1), part(i)].
+  for (int i = t; i < nseg; i += kSchedThreads)
+    for (int q = i ? sp[i - 1] + 1 : 0; q <= sp[i]; ++q) px[q] = i;
+  for (int q = (nseg ? sp[nseg - 1] + 1 : 0) + t; q <= num_parts; q += kSchedThreads) px[q] = nseg;
+  __syncthreads();
+  for (int q = t; q < num_parts; q += kSchedThreads) s.part[q] = make_int2(px[q], px[q + 1]);
+}
+
+// Launches the schedule (scratch: B + kMaxParts ints of workspace, used for B > kSchedMaxB only).
+inline void LaunchSchedule(const int* bounds, int B, int G, int cap, int num_parts, Sched s, int* scratch,
+                           cudaStream_t stream) {
+  mla_schedule<<<1, kSchedThreads, B > kSchedMaxB ? 0 : SchedSmemBytes(B), stream>>>(bounds, B, G, cap, num_parts, s,
+                                                                                       scratch);
 }
 
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
@@ -795,6 +891,67 @@ __global__ void __launch_bounds__(128) mla_combine(const float* __restrict__ o_p
   if (threadIdx.x == 0) lse[orow] = sum > 0.f ? m + __logf(sum) : -INFINITY;
 }
 
+// The same merge, split wider for few long sequences (B = 1: ~66 segments per row, and the one-block-per-row
+// kernel above keeps only 4 warps per SM with one segment's loads in flight per thread): grid (B*GH, 4), each
+// block merges one 128-column quarter of a row; its 4 warps take every 4th segment (two in flight per lane),
+// then add their partial sums through shared memory.
+template <bool kBf16>
+__global__ void __launch_bounds__(128) mla_combine_wide(const float* __restrict__ o_part, const float* __restrict__ lse_part,
+                                                        Sched s, int GH, uint16_t* __restrict__ o, float* __restrict__ lse) {
+  __shared__ float4 red[4][32];
+  __shared__ float red_sum[4];
+  const int b = blockIdx.x / GH, row = blockIdx.x % GH;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int2 bs = s.batch[b];
+  float m = -INFINITY;
+  for (int i = lane; i < bs.y; i += 32) m = fmaxf(m, lse_part[(long long)(bs.x + i) * GH + row]);
+#pragma unroll
+  for (int off = 16; off >= 1; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  float sum = 0.f;
+  const int col = blockIdx.y * 128 + lane * 4;
+  if (m != -INFINITY) {
+#pragma unroll 2
+    for (int i = warp; i < bs.y; i += 4) {
+      const long long r = (long long)(bs.x + i) * GH + row;
+      const float w = __expf(lse_part[r] - m);
+      if (w != 0.f) {  // an empty segment's o is 0 anyway; skip its read
+        const float4 v = *reinterpret_cast<const float4*>(o_part + r * kDl + col);
+        sum += w;
+        acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
+      }
+    }
+  }
+  red[warp][lane] = acc;
+  if (lane == 0) red_sum[warp] = sum;
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int k = 1; k < 4; ++k) {
+    const float4 v = red[k][lane];
+    acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
+  }
+  sum = red_sum[0] + red_sum[1] + red_sum[2] + red_sum[3];
+  const float inv = sum > 0.f ? 1.f / sum : 0.f;
+  const long long orow = (long long)b * GH + row;
+  uint32_t* dst = reinterpret_cast<uint32_t*>(o + orow * kDl + col);
+  dst[0] = Pack2<kBf16>(acc.x * inv, acc.y * inv);
+  dst[1] = Pack2<kBf16>(acc.z * inv, acc.w * inv);
+  if (blockIdx.y == 0 && lane == 0) lse[orow] = sum > 0.f ? m + __logf(sum) : -INFINITY;
+}
+
+// Which combine: the wide one where sequences have many segments on average (few sequences, many parts).
+inline bool CombineWide(int B, int num_parts) { return (long long)B * 4 <= num_parts; }
+
+template <bool kBf16>
+void LaunchCombine(const Params& p, const Sched& s, int num_parts, uint16_t* o, float* lse, cudaStream_t stream,
+                   int wide = -1) {
+  if (wide < 0 ? CombineWide(p.B, num_parts) : wide)
+    mla_combine_wide<kBf16><<<dim3((unsigned)(p.B * p.GH), 4), 128, 0, stream>>>(p.o_part, p.lse_part, s, p.GH, o, lse);
+  else
+    mla_combine<kBf16><<<(unsigned)(p.B * p.GH), 128, 0, stream>>>(p.o_part, p.lse_part, s, p.GH, o, lse);
+}
+
 #define HELIX_CUDA_CHECK(expr)                                                                      \
   do {                                                                                              \
     cudaError_t e_ = (expr);                                                                        \
@@ -859,13 +1016,16 @@ int KernelModeFromEnv() {
 
 // KV load path of the seesaw kernel from HELIX_MLA_DECODE_LOAD, read once: auto (default) = tma_evict_first
 // (TMA with an L2 evict-first hint where the page size is a multiple of 64, else cp.async; 1.04-1.15x faster
-// than cp.async on the H200), tma (no hint), cpasync. Returns kLoad (0..2) or -1 for a bad value.
+// than cp.async on the H200), tma (no hint), cpasync, tma_multicast (evict-first TMA multicast over the two
+// row tiles of a cluster of two CTAs where the row tiles come in pairs, else tma_evict_first). Returns kLoad
+// (0..3) or -1 for a bad value.
 int LoadModeFromEnv() {
   static const int mode = [] {
     const char* v = std::getenv("HELIX_MLA_DECODE_LOAD");
     if (v == nullptr || std::strcmp(v, "auto") == 0 || std::strcmp(v, "tma_evict_first") == 0) return 2;
     if (std::strcmp(v, "cpasync") == 0) return 0;
     if (std::strcmp(v, "tma") == 0) return 1;
+    if (std::strcmp(v, "tma_multicast") == 0) return 3;
     return -1;
   }();
   return mode;
@@ -910,6 +1070,17 @@ cudaError_t EncodeKvMaps(const Params& p, SsMaps* maps) {
   return cudaSuccess;
 }
 
+// The seesaw kernel's load path for this call: the env's (or kVarLoad's: kVar bits 8 / 16 / 32 / 64 of the
+// standalone driver force cp.async / TMA / TMA evict-first / multicast), reduced to what the shape allows:
+// TMA needs 64 consecutive pool rows per tile (P % 64 == 0), multicast pairs of row tiles. -1: bad env value.
+int SeesawLoad(const Params& p, int mtiles, int kvar = 0) {
+  int load = (kvar & 8) ? 0 : (kvar & 16) ? 1 : (kvar & 32) ? 2 : (kvar & 64) ? 3 : LoadModeFromEnv();
+  if (load < 0) return load;
+  if (p.P % kTokTile != 0) return 0;
+  if (load == 3 && mtiles % 2 != 0) return 2;
+  return load;
+}
+
 // The >48 KB shared-memory opt-in of `kernel` is per device: set it once for each device this process
 // launches on (a once-per-process flag left every GPU but the first failing the launch). `ready` holds
 // one bit per device and belongs to the kernel instantiation.
@@ -941,24 +1112,68 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
     mla_small_gh<kBf16, kFmt, kNc, kNp, kV><<<grid, 128 * (kNc + kNp), kSmSmemBytes, stream>>>(p, s, qp);
   } else if constexpr (kMode == kSeesaw) {
     static_assert(kFmt == kFmtNative, "the seesaw kernel reads 16-bit pages");
-    // kVar bits 8 / 16 / 32 (standalone driver) force the cp.async / TMA / TMA evict-first loads.
     constexpr int kV = kVar & 7;
-    int load = (kVar & 8) ? 0 : (kVar & 16) ? 1 : (kVar & 32) ? 2 : LoadModeFromEnv();
+    const int load = SeesawLoad(p, mtiles, kVar);
     if (load < 0) return cudaErrorInvalidValue;  // Launch checks the variable first and names it
-    if (p.P % kTokTile != 0) load = 0;            // a tile must be 64 consecutive pool rows for one TMA box
     SsMaps maps{};
     if (load != 0 && (err = EncodeKvMaps(p, &maps)) != cudaSuccess) return err;
     // One instantiation per load path, each with its own per-device shared-memory opt-in flags.
-    static decltype(&mla_seesaw<kBf16, kV, 0>) const kernels[3] = {mla_seesaw<kBf16, kV, 0>, mla_seesaw<kBf16, kV, 1>,
-                                                                   mla_seesaw<kBf16, kV, 2>};
-    static std::atomic<uint64_t> ready_by_load[3];
+    static decltype(&mla_seesaw<kBf16, kV, 0>) const kernels[4] = {mla_seesaw<kBf16, kV, 0>, mla_seesaw<kBf16, kV, 1>,
+                                                                   mla_seesaw<kBf16, kV, 2>, mla_seesaw<kBf16, kV, 3>};
+    static std::atomic<uint64_t> ready_by_load[4];
     if ((err = OptInSharedMemory(kernels[load], kSsSmemBytes, ready_by_load[load])) != cudaSuccess) return err;
+    if (load == 3) {  // clusters of the two row tiles of a part (the caller sized num_parts: SeesawClusterParts)
+      cudaLaunchConfig_t cfg{};
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = 1;
+      attr[0].val.clusterDim.y = 2;
+      attr[0].val.clusterDim.z = 1;
+      cfg.gridDim = grid;
+      cfg.blockDim = dim3(kSsThreads);
+      cfg.dynamicSmemBytes = kSsSmemBytes;
+      cfg.stream = stream;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      return cudaLaunchKernelEx(&cfg, kernels[load], p, s, maps);
+    }
     kernels[load]<<<grid, kSsThreads, kSsSmemBytes, stream>>>(p, s, maps);
   } else {
     if ((err = OptInSharedMemory(mla_split_kv<kBf16, kMode, kFmt>, kSmemBytes, ready)) != cudaSuccess) return err;
     mla_split_kv<kBf16, kMode, kFmt><<<grid, kThreads, kSmemBytes, stream>>>(p, s, qp);
   }
   return cudaGetLastError();
+}
+
+// Most parts (grid x) whose 1 x 2 clusters of seesaw CTAs all fit on the device at once (a cluster's CTAs
+// share a GPC, so fewer pairs than SMs / 2 may fit; a second wave would double the time). Once per device.
+template <bool kBf16>
+int SeesawClusterParts(int mtiles, int num_parts) {
+  static std::atomic<int> cached[64];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return num_parts;
+  int clusters = cached[dev].load(std::memory_order_acquire);
+  if (clusters == 0) {
+    static std::atomic<uint64_t> ready{0};
+    if (OptInSharedMemory(mla_seesaw<kBf16, 0, 3>, kSsSmemBytes, ready) != cudaSuccess) return num_parts;
+    cudaLaunchConfig_t cfg{};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = 2;
+    attr[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3(1, 2);
+    cfg.blockDim = dim3(kSsThreads);
+    cfg.dynamicSmemBytes = kSsSmemBytes;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    if (cudaOccupancyMaxActiveClusters(&clusters, mla_seesaw<kBf16, 0, 3>, &cfg) != cudaSuccess || clusters <= 0) {
+      (void)cudaGetLastError();
+      return num_parts;
+    }
+    cached[dev].store(clusters, std::memory_order_release);
+  }
+  return max(1, min(num_parts, clusters * 2 / mtiles));
 }
 
 // Native pages: HELIX_MLA_DECODE_KERNEL picks auto (small | seesaw by G*H) | seesaw | wgmma | mma. Quantized pages:
@@ -968,19 +1183,24 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
                   const QParams& qp = QParams{}) {
   const int mode = kFmt == kFmtNative ? KernelModeFromEnv() : DequantModeFromEnv();
   if (kFmt == kFmtNative && LoadModeFromEnv() < 0)
-    return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_LOAD must be auto, cpasync, tma_evict_first or tma");
+    return ffi::Error::InvalidArgument(
+        "helix_mla_decode: HELIX_MLA_DECODE_LOAD must be auto, cpasync, tma_evict_first, tma or tma_multicast");
   if (mode < 0)
     return ffi::Error::InvalidArgument(kFmt == kFmtNative ? "helix_mla_decode: HELIX_MLA_DECODE_KERNEL must be auto, small, seesaw, wgmma or mma"
                                                           : "helix_mla_decode: HELIX_MLA_DECODE_DEQUANT must be auto, small, pipe, tile or fp8qk");
   Params p = base;
   const int mtiles = (p.GH + kRowsTile - 1) / kRowsTile;
-  const int num_parts = min(max(num_sms / mtiles, 1), kMaxParts);
+  int num_parts = min(max(num_sms / mtiles, 1), kMaxParts);
+  const bool seesaw = kFmt == kFmtNative && (mode == kSeesaw || (mode == kSmallGh && p.GH > kSmRows));
+  if (seesaw && SeesawLoad(p, mtiles) == 3) num_parts = SeesawClusterParts<kBf16>(mtiles, num_parts);
   const WsLayout l = Layout(p.B, p.GH);
   Sched s{reinterpret_cast<int4*>(ws + l.seg), reinterpret_cast<int2*>(ws + l.part), reinterpret_cast<int2*>(ws + l.batch)};
   p.lse_part = reinterpret_cast<float*>(ws + l.lse);
   p.o_part = reinterpret_cast<float*>(ws + l.o);
 
-  mla_schedule<<<1, 1, 0, stream>>>(p.bounds, p.B, p.G, p.cap, num_parts, s);
+  // The lse workspace (B + kMaxParts segments x GH floats) is free until the main kernel: the serial
+  // schedule's scratch when B > kSchedMaxB.
+  LaunchSchedule(p.bounds, p.B, p.G, p.cap, num_parts, s, reinterpret_cast<int*>(p.lse_part), stream);
   HELIX_CUDA_CHECK(cudaGetLastError());
   if (kFmt != kFmtNative && mode == kSmallGh && p.GH <= kSmRows) {
     HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallGh, kFmt>(p, s, num_parts, mtiles, stream, qp)));
@@ -992,11 +1212,10 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
     if (mode != kWgmma) HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmmaPipe, kFmt>(p, s, num_parts, mtiles, stream, qp)));
     else HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmma, kFmt>(p, s, num_parts, mtiles, stream, qp)));
   } else if (mode == kMma) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMma>(p, s, num_parts, mtiles, stream)));
-  else if (mode == kSeesaw || (mode == kSmallGh && p.GH > kSmRows))
-    HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw>(p, s, num_parts, mtiles, stream)));
+  else if (seesaw) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw>(p, s, num_parts, mtiles, stream)));
   else if (mode == kSmallGh) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallGh>(p, s, num_parts, mtiles, stream)));
   else HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmma>(p, s, num_parts, mtiles, stream)));
-  mla_combine<kBf16><<<(unsigned)(p.B * p.GH), 128, 0, stream>>>(p.o_part, p.lse_part, s, p.GH, o, lse);
+  LaunchCombine<kBf16>(p, s, num_parts, o, lse, stream);
   HELIX_CUDA_CHECK(cudaGetLastError());
   return ffi::Error::Success();
 }

@@ -23,6 +23,11 @@
 // swizzle is exactly TileOff's layout), completion by transaction count on the same per-block mbarriers
 // (2: with an L2 evict-first hint). A sequence's last, partial tile still goes through cp.async, which
 // zero-fills the slots past the bound (a pool slot past it may hold anything, NaN included).
+// 3 = TMA evict-first with multicast over a cluster of two CTAs (1 x 2 x 1: the two row tiles of a part, which
+// walk the same segments): each CTA issues every other block of a whole tile to both CTAs' shared memory, so a
+// KV tile crosses L2 -> SM once per pair instead of once per row tile. A buffer part may then only be
+// refilled when both CTAs' consumers released it: the empty barriers count one arrival per consumer warp of
+// each CTA (8 x 2), one lane arrives locally and one on the peer. Partial last tiles stay CTA-local (cp.async).
 #pragma once
 
 namespace helix_ffi {
@@ -35,7 +40,7 @@ constexpr int kSsSmemBytes = 3 * kSsTileBytes + 2 * 64 * 4 + 2 * 2 * 64 * 4 + 32
 
 struct SsBars {
   uint64_t full[2][9];   // per buffer, per 64-column block: 128 producer arrivals (cp.async) or 1 (+ bytes: TMA)
-  uint64_t empty[2][3];  // per buffer: left V, right V, rope/P block: 256 consumer arrivals
+  uint64_t empty[2][3];  // per buffer: left V, right V, rope/P block: 256 consumer arrivals (multicast: 16 warps)
   uint64_t q_full, q_empty;
 };
 
@@ -44,6 +49,23 @@ __device__ __forceinline__ void MbarInit(uint64_t* b, int count) {
 }
 __device__ __forceinline__ void MbarArrive(uint64_t* b) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(SmemAddr(b)) : "memory");
+}
+// Cluster helpers (kLoad 3). The non-aligned barrier.cluster forms: producer lanes reach them apart.
+__device__ __forceinline__ uint32_t ClusterRank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void ClusterSync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+// Arrive on the mbarrier at b's offset in CTA `cta` of the cluster, with the default (release, CTA-scope)
+// semantics, as CUTLASS's cluster pipelines do: the arriving warp's wgmma reads of the buffer have completed.
+// A release at cluster scope costs a cluster-wide fence per arrival: measured 1.6x slower kernels on the H200.
+__device__ __forceinline__ void MbarArriveRemote(uint64_t* b, uint32_t cta) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(SmemAddr(b)), "r"(cta));
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(r) : "memory");
 }
 __device__ __forceinline__ void MbarWait(uint64_t* b, int parity) {
   uint32_t done = 0;
@@ -77,6 +99,17 @@ __device__ __forceinline__ void TmaLoad2d(void* dst, const CUtensorMap* map, int
   else
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
                  ::"r"(SmemAddr(dst)), "l"(m), "r"(x), "r"(y), "r"(SmemAddr(bar)) : "memory");
+}
+
+// The same, multicast to the CTAs of `mask` (same shared-memory offsets; each CTA's mbarrier at bar's offset
+// gets the bytes that land in it).
+__device__ __forceinline__ void TmaLoad2dMc(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar, uint16_t mask,
+                                            uint64_t pol) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster.L2::cache_hint"
+      " [%0], [%1, {%2, %3}], [%4], %5, %6;\n"
+      ::"r"(SmemAddr(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(SmemAddr(bar)), "h"(mask), "l"(pol)
+      : "memory");
 }
 
 // Tensor maps of the KV pool for the TMA loads: c_lat as [N*P rows, 512] and k_rope as [N*P rows, 64],
@@ -125,7 +158,8 @@ __device__ __forceinline__ void CopyKvBlock(uint16_t* dst, const Params& p, cons
 }
 
 // Part q (0..2) of a tile's refill in the owner's S order (owner's V half, rope/P block, the other WG's
-// half, freed last): waits for that part's release and returns its 64-column blocks [c0, c1).
+// half, freed last): waits for that part's release (kMc: by both CTAs of the cluster) and returns its
+// 64-column blocks [c0, c1).
 __device__ __forceinline__ int2 RefillPart(SsBars* bars, int buf, int u, int own, int q) {
   const int part = q == 0 ? own : q == 1 ? 2 : 1 - own;
   if (u >= 1) MbarWait(&bars->empty[buf][part], (u - 1) & 1);
@@ -145,15 +179,19 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
   float* sL = sM + 2 * 64;                                        // [2 (segment parity)][2 (WG)][64]
   SsBars* bars = reinterpret_cast<SsBars*>(sL + 2 * 2 * 64);
 
+  constexpr bool kMc = kLoad == 3;
   if (threadIdx.x == 0) {
     for (int b = 0; b < 2; ++b) {
       for (int c = 0; c < 9; ++c) MbarInit(&bars->full[b][c], kLoad ? 1 : 128);
-      for (int c = 0; c < 3; ++c) MbarInit(&bars->empty[b][c], 256);
+      for (int c = 0; c < 3; ++c) MbarInit(&bars->empty[b][c], kMc ? 16 : 256);
     }
     MbarInit(&bars->q_full, 128);
     MbarInit(&bars->q_empty, 256);
+    if constexpr (kMc) asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  __syncthreads();
+  // kMc: the peer arrives on these barriers and its copies complete on them: initialised cluster-wide first.
+  if constexpr (kMc) ClusterSync(); else __syncthreads();
+  const uint32_t peer = kMc ? ClusterRank() ^ 1u : 0u;
 
   const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);  // warp-uniform for ptxas (wgmma in branches)
   const int2 range = s.part[blockIdx.x];
@@ -170,7 +208,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kSsProducerRegs));
     const int pt = threadIdx.x - 256, hh = pt & 1;
     uint64_t pol = 0;
-    if constexpr (kLoad == 2) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+    if constexpr (kLoad >= 2) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
     if constexpr (kLoad != 0) {
       if (pt == 0) {
         asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&maps.lat)) : "memory");
@@ -219,9 +257,14 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
                   MbarArrive(&bars->full[buf][c]);
                   continue;
                 }
-                MbarArriveExpectTx(&bars->full[buf][c], kBlockBytes);
-                TmaLoad2d<kLoad == 2>(dst + c * (kBlockBytes / 2), c < 8 ? &maps.lat : &maps.rope, c < 8 ? c * 64 : 0, y,
-                                      &bars->full[buf][c], pol);
+                MbarArriveExpectTx(&bars->full[buf][c], kBlockBytes);  // kMc: the peer may issue this block
+                const CUtensorMap* map = c < 8 ? &maps.lat : &maps.rope;
+                if constexpr (kMc) {
+                  if ((uint32_t)(c & 1) != peer)  // this CTA (rank peer ^ 1) issues every other block to both
+                    TmaLoad2dMc(dst + c * (kBlockBytes / 2), map, c < 8 ? c * 64 : 0, y, &bars->full[buf][c], 3, pol);
+                } else {
+                  TmaLoad2d<kLoad >= 2>(dst + c * (kBlockBytes / 2), map, c < 8 ? c * 64 : 0, y, &bars->full[buf][c], pol);
+                }
               }
             }
           } else {
@@ -274,6 +317,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       ++sc;
     }
     CpAsyncWaitAll();
+    if constexpr (kMc) ClusterSync();  // the peer's consumers may still arrive on this CTA's barriers
     return;
   }
 
@@ -285,6 +329,17 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
   const uint32_t qa = SmemAddr(sQ), kb0 = SmemAddr(kbuf);
   constexpr uint32_t lbo = kBlockBytes, sbo = 1024;
   int kbase = 0, sc = 0;
+  // Releases part `part` of KV buffer `buf` (kMc: one lane per warp on this CTA's barrier, one on the peer's;
+  // the warp is converged at every call site and its wgmma reads have completed).
+  auto empty_arrive = [&](int buf, int part) {
+    if constexpr (kMc) {
+      __syncwarp();
+      if (lane == 0) MbarArrive(&bars->empty[buf][part]);
+      if (lane == 1) MbarArriveRemote(&bars->empty[buf][part], peer);
+    } else {
+      MbarArrive(&bars->empty[buf][part]);
+    }
+  };
 
   for (int si = range.x; si < range.y; ++si) {
     const int4 seg = s.seg[si];
@@ -317,10 +372,10 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
     // After this WG's PVs completed: own tile -> its V half; other's tile -> its V half and the P block
     // (the owner released the rest earlier).
     auto release = [&]() {
-      if (pend_own >= 0) MbarArrive(&bars->empty[(kbase + pend_own) & 1][w]);
+      if (pend_own >= 0) empty_arrive((kbase + pend_own) & 1, w);
       if (pend_oth >= 0) {
-        MbarArrive(&bars->empty[(kbase + pend_oth) & 1][w]);
-        MbarArrive(&bars->empty[(kbase + pend_oth) & 1][2]);
+        empty_arrive((kbase + pend_oth) & 1, w);
+        empty_arrive((kbase + pend_oth) & 1, 2);
       }
       pend_own = pend_oth = -1;
     };
@@ -331,7 +386,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       NamedBarSync(1 + (i & 1), 256);
       mo0 = sM[(i & 1) * 64 + lr0];
       mo1 = sM[(i & 1) * 64 + lr1];
-      MbarArrive(&bars->empty[(kbase + i) & 1][1 - w]);
+      empty_arrive((kbase + i) & 1, 1 - w);
     };
     auto scale_acc = [&](float a0, float a1) {
 #pragma unroll
@@ -402,7 +457,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       WgWait0();
       FenceRegs(sc4);
       if constexpr (oth) other_pv(j - 1);  // right away: frees the other's tile early
-      MbarArrive(&bars->empty[buf][1 - w]);  // S_j done: the V half the other WG multiplies is not read here
+      empty_arrive(buf, 1 - w);  // S_j done: the V half the other WG multiplies is not read here
 
       // Softmax of tile j (log2 units), masked by each row's own bound.
       const int tok0 = (blk0 + j) * kTokTile + (lane & 3) * 2;
@@ -450,7 +505,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       }
       FenceProxyAsync();                    // P_j stores (generic) -> the other WG's wgmma (async proxy)
       NamedBarArrive(1 + (j & 1), 256);     // softmax j published (P_j, m_j)
-      MbarArrive(&bars->empty[buf][2]);     // this WG is done with the rope/P block of tile j
+      empty_arrive(buf, 2);                 // this WG is done with the rope/P block of tile j
       if constexpr (oth) {
         WgWait0();  // PV_{j-1} done: its V half goes back to the producer now
         FenceRegs(acc);
@@ -469,7 +524,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       for (int jj = 0; jj < n; ++jj) {
         const int k = kbase + jj;
         for (int c = 0; c < 9; ++c) MbarWait(&bars->full[k & 1][c], (k >> 1) & 1);
-        for (int part = 0; part < 3; ++part) MbarArrive(&bars->empty[k & 1][part]);
+        for (int part = 0; part < 3; ++part) empty_arrive(k & 1, part);
       }
       NamedBarSync(3, 256);
       MbarArrive(&bars->q_empty);
@@ -523,6 +578,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
     kbase += n;
     ++sc;
   }
+  if constexpr (kMc) ClusterSync();  // the peer's consumers may still arrive on this CTA's barriers
 }
 
 }  // namespace
