@@ -83,17 +83,18 @@ __host__ __device__ inline int SeqSegCount(long long c, int n, long long W) {
   const long long f = c + kSegOverhead;
   return (int)((f + n - 1) / W - f / W + 1);
 }
-// Writes sequence b's segments from index `base` (and each one's part into sp, if given); returns their count.
+// Segment k of sequence b (offset c, n tiles) at index i; returns its part.
+__host__ __device__ inline int WriteSeg(Sched s, int b, long long c, int n, long long W, int k, int i) {
+  const long long f = c + kSegOverhead, p = f / W + k;
+  const long long lo = (p * W > f ? p * W : f) - f, hi = ((p + 1) * W < f + n ? (p + 1) * W : f + n) - f;
+  s.seg[i] = make_int4(b, (int)lo, (int)hi, 0);
+  return (int)p;
+}
+// Writes sequence b's segments from index `base` and each one's part into sp; returns their count.
 __host__ __device__ inline int WriteSeqSegs(Sched s, int b, long long c, int n, long long W, int base, int* sp) {
   const int cnt = SeqSegCount(c, n, W);
   s.batch[b] = make_int2(base, cnt);
-  const long long f = c + kSegOverhead;
-  for (int k = 0; k < cnt; ++k) {
-    const long long p = f / W + k;
-    const long long lo = (p * W > f ? p * W : f) - f, hi = ((p + 1) * W < f + n ? (p + 1) * W : f + n) - f;
-    s.seg[base + k] = make_int4(b, (int)lo, (int)hi, 0);
-    if (sp != nullptr) sp[base + k] = (int)p;
-  }
+  for (int k = 0; k < cnt; ++k) sp[base + k] = WriteSeg(s, b, c, n, W, k, base + k);
   return cnt;
 }
 __host__ __device__ inline long long SchedWidth(long long total, int num_parts) {
@@ -124,7 +125,7 @@ __host__ __device__ inline void BuildSchedule(const int* bounds, int B, int G, i
 }
 
 constexpr int kSchedThreads = 512, kSchedMaxB = 2048;  // parallel kernel's shared memory: 16 B per sequence
-constexpr int SchedSmemBytes(int B) { return B * 16 + (B + kMaxParts) * 4; }
+constexpr int SchedSmemBytes(int B) { return B * 16 + 4 + (B + kMaxParts) * 4; }
 
 // Exclusive prefix sum over the block (kSchedThreads); *total = the sum. ws: 32 words of shared memory.
 __device__ inline long long BlockExclusiveScan(long long v, long long* ws, long long* total) {
@@ -165,8 +166,8 @@ __global__ void __launch_bounds__(kSchedThreads) mla_schedule(const int* __restr
   extern __shared__ long long sched_smem[];
   long long* c = sched_smem;                  // [B] cost offset
   int* nb = reinterpret_cast<int*>(c + B);    // [B] tiles
-  int* sb = nb + B;                           // [B] first segment
-  int* sp = sb + B;                           // [B + kMaxParts] part of each segment
+  int* sb = nb + B;                           // [B + 1] first segment (sb[B] = the count)
+  int* sp = sb + B + 1;                       // [B + kMaxParts] part of each segment
   __shared__ long long ws[32];
   __shared__ int px[kMaxParts + 1];
   const int t = threadIdx.x, chunk = (B + kSchedThreads - 1) / kSchedThreads;
@@ -189,7 +190,24 @@ __global__ void __launch_bounds__(kSchedThreads) mla_schedule(const int* __restr
   long long nseg_ll;
   int base = (int)BlockExclusiveScan(cnt, ws, &nseg_ll);
   const int nseg = (int)nseg_ll;
-  for (int b = b0; b < b1; ++b) base += WriteSeqSegs(s, b, c[b], nb[b], W, base, sp);
+  for (int b = b0; b < b1; ++b) {
+    const int k = SeqSegCount(c[b], nb[b], W);
+    s.batch[b] = make_int2(base, k);
+    sb[b] = base;
+    base += k;
+  }
+  if (t == 0) sb[B] = nseg;
+  __syncthreads();
+  // One thread per segment (B = 1: all ~66 of them on one thread took most of the kernel): its sequence
+  // is the last b with sb[b] <= i (sb[b + 1] > i, so b has segments).
+  for (int i = t; i < nseg; i += kSchedThreads) {
+    int lo = 0, hi = B - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (sb[mid] <= i) lo = mid; else hi = mid - 1;
+    }
+    sp[i] = WriteSeg(s, lo, c[lo], nb[lo], W, i - sb[lo], i);
+  }
   __syncthreads();
   // Part q starts at the first segment whose part is >= q: segment i starts parts (part(i-1), part(i)].
   for (int i = t; i < nseg; i += kSchedThreads)
@@ -893,13 +911,15 @@ __global__ void __launch_bounds__(128) mla_combine(const float* __restrict__ o_p
 
 // The same merge, split wider for few long sequences (B = 1: ~66 segments per row, and the one-block-per-row
 // kernel above keeps only 4 warps per SM with one segment's loads in flight per thread): grid (B*GH, 4), each
-// block merges one 128-column quarter of a row; its 4 warps take every 4th segment (two in flight per lane),
-// then add their partial sums through shared memory.
+// block merges one 128-column quarter of a row; its kCombWarps warps take every kCombWarps-th segment (four
+// in flight per lane), then add their partial sums through shared memory.
+constexpr int kCombWarps = 8;
 template <bool kBf16>
-__global__ void __launch_bounds__(128) mla_combine_wide(const float* __restrict__ o_part, const float* __restrict__ lse_part,
-                                                        Sched s, int GH, uint16_t* __restrict__ o, float* __restrict__ lse) {
-  __shared__ float4 red[4][32];
-  __shared__ float red_sum[4];
+__global__ void __launch_bounds__(32 * kCombWarps) mla_combine_wide(const float* __restrict__ o_part,
+                                                                    const float* __restrict__ lse_part, Sched s, int GH,
+                                                                    uint16_t* __restrict__ o, float* __restrict__ lse) {
+  __shared__ float4 red[kCombWarps][32];
+  __shared__ float red_sum[kCombWarps];
   const int b = blockIdx.x / GH, row = blockIdx.x % GH;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int2 bs = s.batch[b];
@@ -911,8 +931,8 @@ __global__ void __launch_bounds__(128) mla_combine_wide(const float* __restrict_
   float sum = 0.f;
   const int col = blockIdx.y * 128 + lane * 4;
   if (m != -INFINITY) {
-#pragma unroll 2
-    for (int i = warp; i < bs.y; i += 4) {
+#pragma unroll 4
+    for (int i = warp; i < bs.y; i += kCombWarps) {
       const long long r = (long long)(bs.x + i) * GH + row;
       const float w = __expf(lse_part[r] - m);
       if (w != 0.f) {  // an empty segment's o is 0 anyway; skip its read
@@ -926,12 +946,13 @@ __global__ void __launch_bounds__(128) mla_combine_wide(const float* __restrict_
   if (lane == 0) red_sum[warp] = sum;
   __syncthreads();
   if (warp != 0) return;
+  sum = red_sum[0];
 #pragma unroll
-  for (int k = 1; k < 4; ++k) {
+  for (int k = 1; k < kCombWarps; ++k) {
     const float4 v = red[k][lane];
     acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
+    sum += red_sum[k];
   }
-  sum = red_sum[0] + red_sum[1] + red_sum[2] + red_sum[3];
   const float inv = sum > 0.f ? 1.f / sum : 0.f;
   const long long orow = (long long)b * GH + row;
   uint32_t* dst = reinterpret_cast<uint32_t*>(o + orow * kDl + col);
@@ -947,7 +968,8 @@ template <bool kBf16>
 void LaunchCombine(const Params& p, const Sched& s, int num_parts, uint16_t* o, float* lse, cudaStream_t stream,
                    int wide = -1) {
   if (wide < 0 ? CombineWide(p.B, num_parts) : wide)
-    mla_combine_wide<kBf16><<<dim3((unsigned)(p.B * p.GH), 4), 128, 0, stream>>>(p.o_part, p.lse_part, s, p.GH, o, lse);
+    mla_combine_wide<kBf16><<<dim3((unsigned)(p.B * p.GH), 4), 32 * kCombWarps, 0, stream>>>(p.o_part, p.lse_part, s, p.GH,
+                                                                                          o, lse);
   else
     mla_combine<kBf16><<<(unsigned)(p.B * p.GH), 128, 0, stream>>>(p.o_part, p.lse_part, s, p.GH, o, lse);
 }
