@@ -1118,6 +1118,22 @@ cudaError_t OptInSharedMemory(Kernel* kernel, int bytes, std::atomic<uint64_t>& 
   return err;
 }
 
+// Launch configuration of the seesaw kernel in clusters of 1 x 2 x 1 CTAs (kLoad 3); attr is cfg's attribute.
+void SeesawPairConfig(cudaLaunchConfig_t* cfg, cudaLaunchAttribute* attr, dim3 grid, cudaStream_t stream) {
+  *attr = cudaLaunchAttribute{};
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = 1;
+  attr->val.clusterDim.y = 2;
+  attr->val.clusterDim.z = 1;
+  *cfg = cudaLaunchConfig_t{};
+  cfg->gridDim = grid;
+  cfg->blockDim = dim3(kSsThreads);
+  cfg->dynamicSmemBytes = kSsSmemBytes;
+  cfg->stream = stream;
+  cfg->attrs = attr;
+  cfg->numAttrs = 1;
+}
+
 template <bool kBf16, int kMode, int kFmt = kFmtNative, int kVar = 0>
 cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtiles, cudaStream_t stream,
                        const QParams& qp = QParams{}) {
@@ -1145,18 +1161,9 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
     static std::atomic<uint64_t> ready_by_load[4];
     if ((err = OptInSharedMemory(kernels[load], kSsSmemBytes, ready_by_load[load])) != cudaSuccess) return err;
     if (load == 3) {  // clusters of the two row tiles of a part (the caller sized num_parts: SeesawClusterParts)
-      cudaLaunchConfig_t cfg{};
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = 1;
-      attr[0].val.clusterDim.y = 2;
-      attr[0].val.clusterDim.z = 1;
-      cfg.gridDim = grid;
-      cfg.blockDim = dim3(kSsThreads);
-      cfg.dynamicSmemBytes = kSsSmemBytes;
-      cfg.stream = stream;
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
+      cudaLaunchConfig_t cfg;
+      cudaLaunchAttribute attr;
+      SeesawPairConfig(&cfg, &attr, grid, stream);
       return cudaLaunchKernelEx(&cfg, kernels[load], p, s, maps);
     }
     kernels[load]<<<grid, kSsThreads, kSsSmemBytes, stream>>>(p, s, maps);
@@ -1178,17 +1185,9 @@ int SeesawClusterParts(int mtiles, int num_parts) {
   if (clusters == 0) {
     static std::atomic<uint64_t> ready{0};
     if (OptInSharedMemory(mla_seesaw<kBf16, 0, 3>, kSsSmemBytes, ready) != cudaSuccess) return num_parts;
-    cudaLaunchConfig_t cfg{};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
-    attr[0].val.clusterDim.y = 2;
-    attr[0].val.clusterDim.z = 1;
-    cfg.gridDim = dim3(1, 2);
-    cfg.blockDim = dim3(kSsThreads);
-    cfg.dynamicSmemBytes = kSsSmemBytes;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute attr;
+    SeesawPairConfig(&cfg, &attr, dim3(1, 2), nullptr);
     if (cudaOccupancyMaxActiveClusters(&clusters, mla_seesaw<kBf16, 0, 3>, &cfg) != cudaSuccess || clusters <= 0) {
       (void)cudaGetLastError();
       return num_parts;
