@@ -306,3 +306,15 @@ def test_gpu_contract_load_paths(load):
     res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mla_decode_repeat.py"), "--runs", "3"],
                          env=env, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
+
+
+@pytest.mark.gpu
+def test_gpu_bad_load_env_names_the_variable():
+    """A bad HELIX_MLA_DECODE_LOAD value is an error naming the variable and its values, not a silent default."""
+    import subprocess
+    env = dict(os.environ, HELIX_MLA_DECODE_LOAD="tma_bogus")
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mla_decode_repeat.py"), "--small", "--runs", "1"],
+                         env=env, capture_output=True, text=True, timeout=300)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0, out[-4000:]
+    assert "HELIX_MLA_DECODE_LOAD must be auto, cpasync, tma_evict_first, tma or tma_multicast" in out, out[-4000:]
