@@ -6,6 +6,8 @@
 //     -I$(python3 -c 'import jax.ffi; print(jax.ffi.include_dir())') -Iffi/src \
 //     benchmarks/mla_decode_standalone.cu -o /tmp/mla_standalone
 //   /tmp/mla_standalone [small]      (small: correctness only, for the sanitizers)
+//   -DHELIX_SS_TRACE: "load" first prints a clock64 timeline of the seesaw kernel (one CTA, tiles 40..47)
+//   load [H [path]]: only the timing shapes with this H, only this load path
 // Quantized pages (fp8 / nvfp4, variants tile and pipe) are checked on random codes: the CPU reference
 // dequantizes them with the float32 formulas of helix_jax/quant.py, then runs the same double decode.
 #include "../ffi/src/mla_decode_cuda.cu"
@@ -438,6 +440,34 @@ int main(int argc, char** argv) {
     // argv[2] (optional): only shapes with this H; argv[3]: only the load path of this name.
     const int only_h = argc > 2 ? std::atoi(argv[2]) : 0;
     const char* only_load = argc > 3 ? argv[3] : nullptr;
+#ifdef HELIX_SS_TRACE
+    // Timeline of CTA (0, 0) of a whole call (TMA evict-first loads), tiles 40..47, in us from tile 40's first
+    // producer stamp: producer part waits done (own V half, rope, other half), consumer (owner WG) own_tile
+    // start, previous PVs done + released, first / last block landed, S done, softmax published, PV issued,
+    // and when the other WG received this tile's softmax.
+    for (S sh : {S{64, 1, 128}, S{64, 4, 16}}) {
+      Dev d = UploadTiming(sh.B, sh.G, sh.H, 64, 65536, scale);
+      static long long zero[kTrEvents][kTrTiles] = {};
+      CK(cudaMemcpyToSymbol(g_ss_trace, zero, sizeof(zero)));
+      Run<kSeesaw, kFmtNative, 32>(d);
+      CK(cudaDeviceSynchronize());
+      static long long tr[kTrEvents][kTrTiles];
+      CK(cudaMemcpyFromSymbol(tr, g_ss_trace, sizeof(tr)));
+      int khz = 0;
+      CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+      const char* names[kTrEvents] = {"P:own", "P:rope", "P:oth", "start", "rel", "first", "last", "Sdone", "smax", "PViss", "ofetch"};
+      std::printf("trace B=%d G=%d H=%d (clock %d MHz), us from tile 40's P:own:\ntile", sh.B, sh.G, sh.H, khz / 1000);
+      for (int e = 0; e < kTrEvents; ++e) std::printf(" %7s", names[e]);
+      std::printf("\n");
+      const long long t0 = tr[kTrPart0][40];
+      for (int k = 40; k < 48; ++k) {
+        std::printf("%4d", k);
+        for (int e = 0; e < kTrEvents; ++e) std::printf(" %7.2f", tr[e][k] ? (tr[e][k] - t0) * 1e3 / khz : -1.0);
+        std::printf("\n");
+      }
+      Free(d);
+    }
+#endif
     for (S sh : {S{64, 1, 128}, S{16, 4, 128}, S{64, 4, 64}, S{64, 4, 16}, S{64, 1, 16}, S{1, 1, 128}}) {
       if (only_h && sh.H != only_h) continue;
       Dev d = UploadTiming(sh.B, sh.G, sh.H, 64, 65536, scale);

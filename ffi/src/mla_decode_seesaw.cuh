@@ -33,6 +33,23 @@
 namespace helix_ffi {
 namespace {
 
+// Timeline probe of the standalone driver (built with -DHELIX_SS_TRACE; nothing otherwise): clock64 stamps of
+// CTA (0, 0)'s events per CTA-local tile k, read back by the driver.
+enum SsTraceEvent { kTrPart0, kTrPart1, kTrPart2, kTrStart, kTrRel, kTrFirst, kTrLast, kTrSDone, kTrSmax, kTrPvIss,
+                    kTrOFetch, kTrEvents };
+#ifdef HELIX_SS_TRACE
+constexpr int kTrTiles = 256;
+__device__ long long g_ss_trace[kTrEvents][kTrTiles];
+#define SS_TRACE(ev, k, cond)                                                                            \
+  do {                                                                                                   \
+    if ((cond) && blockIdx.x == 0 && blockIdx.y == 0 && (k) >= 0 && (k) < kTrTiles) g_ss_trace[ev][k] = clock64(); \
+  } while (0)
+#else
+#define SS_TRACE(ev, k, cond) \
+  do {                        \
+  } while (0)
+#endif
+
 constexpr int kSsThreads = 384;
 constexpr int kSsTileBytes = kTileElems * 2;  // 73728
 constexpr int kSsProducerRegs = 40, kSsConsumerRegs = 232;  // setmaxnreg budgets (see the producer)
@@ -251,6 +268,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
 #pragma unroll 1
             for (int q = 0; q < 3; ++q) {
               const int2 cr = RefillPart(bars, buf, u, own, q);
+              SS_TRACE(kTrPart0 + q, k, true);
 #pragma unroll
               for (int c = cr.x; c < cr.y; ++c) {
                 if constexpr (kVar & 4) {
@@ -386,6 +404,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       NamedBarSync(1 + (i & 1), 256);
       mo0 = sM[(i & 1) * 64 + lr0];
       mo1 = sM[(i & 1) * 64 + lr1];
+      SS_TRACE(kTrOFetch, kbase + i, wt == 0);
       empty_arrive((kbase + i) & 1, 1 - w);
     };
     auto scale_acc = [&](float a0, float a1) {
@@ -431,9 +450,11 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       constexpr bool oth = decltype(oth_tag)::value;
       const int k = kbase + j, buf = k & 1, par = (k >> 1) & 1;
       const uint32_t base = kb0 + buf * kSsTileBytes;
+      SS_TRACE(kTrStart, k, wt == 0);
       WgWait0();
       FenceRegs(acc);
       release();
+      SS_TRACE(kTrRel, k, wt == 0);
       // S_j = Q K_j^T (64 x 64 tokens) block by block as copies land: own V half, rope, other half (the
       // order the producer refills them in; the other half is released last).
       float sc4[8][4];
@@ -444,6 +465,8 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       for (int q = 0; q < 9; ++q) {
         const int c = q < 4 ? w * 4 + q : q == 4 ? 8 : (1 - w) * 4 + (q - 5);
         MbarWait(&bars->full[buf][c], par);
+        if (q == 0) SS_TRACE(kTrFirst, k, wt == 0);
+        if (q == 8) SS_TRACE(kTrLast, k, wt == 0);
         if constexpr (!(kVar & 1)) FenceProxyAsync();  // cp.async (generic proxy) data -> wgmma (async proxy)
         WgFence();
 #pragma unroll
@@ -456,6 +479,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       if constexpr (oth) other_fetch(j - 1);  // while S_j runs: wait for softmax_{j-1}, read m_{j-1}
       WgWait0();
       FenceRegs(sc4);
+      SS_TRACE(kTrSDone, k, wt == 0);
       if constexpr (oth) other_pv(j - 1);  // right away: frees the other's tile early
       empty_arrive(buf, 1 - w);  // S_j done: the V half the other WG multiplies is not read here
 
@@ -505,6 +529,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       }
       FenceProxyAsync();                    // P_j stores (generic) -> the other WG's wgmma (async proxy)
       NamedBarArrive(1 + (j & 1), 256);     // softmax j published (P_j, m_j)
+      SS_TRACE(kTrSmax, k, wt == 0);
       empty_arrive(buf, 2);                 // this WG is done with the rope/P block of tile j
       if constexpr (oth) {
         WgWait0();  // PV_{j-1} done: its V half goes back to the producer now
@@ -517,6 +542,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       FenceRegs(acc);
       WgFence();
       pv_rs(pa, j);
+      SS_TRACE(kTrPvIss, k, wt == 0);
       WgCommit();
       pend_own = j;
     };
