@@ -291,6 +291,8 @@ __device__ __forceinline__ uint64_t Desc(uint32_t addr, uint32_t lbo, uint32_t s
 __device__ __forceinline__ void WgFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void WgCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void WgWait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void WgWait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 // Pins accumulator registers at this point so the compiler cannot move their uses across wgmma
 // issue/wait (the async instruction writes them after the asm statement that names them).
 template <int N>

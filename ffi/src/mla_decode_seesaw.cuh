@@ -8,13 +8,13 @@
 // tile (m64n64 wgmma, so Q is read from shared memory once per 64 tokens), the running max m_j and
 // P_j = exp(S_j - m_j); it leaves a 16-bit copy of P_j in the tile's rope block (dead once S_j is done)
 // plus m_j in shared memory for the other WG (named-barrier hand-off), then multiplies its own P_j from
-// registers (RS wgmma) into its half of O. The other WG issues its own S_{j+1}, waits for softmax_j
-// while S_{j+1} runs, and once S_{j+1} has completed applies alpha_j = exp(m_{j-1} - m_j) to its half
-// and issues P_j V_j (SS wgmma) before its own softmax_{j+1} (see own_tile). So one WG's softmax runs
-// while the other's matrix work is queued. Each buffer is released in three parts (left V half, right
-// V half, rope/P block) as soon as both WGs are done with that part; the producer refills them in the
-// owner's S order (owner's V half, rope block, the other half), so the next tile's S can start on its
-// first blocks early. Softmax statistics: both WGs apply every alpha_j in order; each sums the row sums
+// registers (RS wgmma) into its half of O. The other WG, once softmax_j is out, applies alpha_j =
+// exp(m_{j-1} - m_j) to its half and issues P_j V_j (SS wgmma) *before* its own S_{j+1}, so tile j's buffer
+// never waits for tile j+1's data (see own_tile). Each buffer is released by role: the owner's V half
+// (the owner alone reads it: released after its PV), the rope/P block and the non-owner's V half (after
+// both WGs are done with them); the producer refills a tile in the owner's S order (owner's V half, rope
+// block, the other half), so the next tile's S can start on its first blocks early. Softmax statistics:
+// both WGs apply every alpha_j in order; each sums the row sums
 // of the tiles it owns; L = l_0 + l_1 at the end of a segment.
 //
 // KV loads (kLoad): 0 = cp.async by all 128 producer threads (any page size); 1 / 2 = TMA (page size a
@@ -57,7 +57,9 @@ constexpr int kSsSmemBytes = 3 * kSsTileBytes + 2 * 64 * 4 + 2 * 2 * 64 * 4 + 32
 
 struct SsBars {
   uint64_t full[2][9];   // per buffer, per 64-column block: 128 producer arrivals (cp.async) or 1 (+ bytes: TMA)
-  uint64_t empty[2][3];  // per buffer: left V, right V, rope/P block: 256 consumer arrivals (multicast: 16 warps)
+  // per buffer, by role in the tile's refill order: [0] the owner's V half (read by the owner only: 128
+  // arrivals), [1] the rope/P block, [2] the other V half (both WGs: 256); multicast: one per warp and CTA
+  uint64_t empty[2][3];
   uint64_t q_full, q_empty;
 };
 
@@ -175,11 +177,14 @@ __device__ __forceinline__ void CopyKvBlock(uint16_t* dst, const Params& p, cons
 }
 
 // Part q (0..2) of a tile's refill in the owner's S order (owner's V half, rope/P block, the other WG's
-// half, freed last): waits for that part's release (kMc: by both CTAs of the cluster) and returns its
-// 64-column blocks [c0, c1).
-__device__ __forceinline__ int2 RefillPart(SsBars* bars, int buf, int u, int own, int q) {
+// half): waits until the buffer's previous tile (owned by WG pown) no longer needs those columns (kMc: in
+// both CTAs of the cluster) and returns its 64-column blocks [c0, c1). The columns' role in the previous
+// tile decides the barrier: where a segment boundary flips the owner, the new owner's half was the old
+// tile's non-owner half.
+__device__ __forceinline__ int2 RefillPart(SsBars* bars, int buf, int u, int own, int pown, int q) {
   const int part = q == 0 ? own : q == 1 ? 2 : 1 - own;
-  if (u >= 1) MbarWait(&bars->empty[buf][part], (u - 1) & 1);
+  const int role = part == 2 ? 1 : part == pown ? 0 : 2;
+  if (u >= 1) MbarWait(&bars->empty[buf][role], (u - 1) & 1);
   return make_int2(part * 4, part == 2 ? 9 : part * 4 + 4);
 }
 
@@ -200,7 +205,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
   if (threadIdx.x == 0) {
     for (int b = 0; b < 2; ++b) {
       for (int c = 0; c < 9; ++c) MbarInit(&bars->full[b][c], kLoad ? 1 : 128);
-      for (int c = 0; c < 3; ++c) MbarInit(&bars->empty[b][c], kMc ? 16 : 256);
+      for (int c = 0; c < 3; ++c) MbarInit(&bars->empty[b][c], c == 0 ? (kMc ? 8 : 128) : (kMc ? 16 : 256));
     }
     MbarInit(&bars->q_full, 128);
     MbarInit(&bars->q_empty, 256);
@@ -232,7 +237,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&maps.rope)) : "memory");
       }
     }
-    int k = 0, sc = 0;
+    int k = 0, sc = 0, pown0 = 0, pown1 = 0;  // pown*: owner of the last tile loaded into buffer 0 / 1
     for (int si = range.x; si < range.y; ++si) {
       const int4 seg = s.seg[si];
       const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
@@ -260,6 +265,8 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         int pg_next = pt == 0 ? page_of(blk0 * kTokTile) : 0;
         for (int j = 0; j < n; ++j, ++k) {
           const int buf = k & 1, u = k >> 1, own = j & 1, t0 = (blk0 + j) * kTokTile;
+          const int pown = buf ? pown1 : pown0;  // owner of the buffer's previous tile
+          if (buf) pown1 = own; else pown0 = own;
           uint16_t* dst = reinterpret_cast<uint16_t*>(kbuf + buf * kSsTileBytes);
           if (t0 + kTokTile <= len) {
             if (pt != 0) continue;
@@ -267,7 +274,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
             if (j + 1 < n) pg_next = page_of(t0 + kTokTile);
 #pragma unroll 1
             for (int q = 0; q < 3; ++q) {
-              const int2 cr = RefillPart(bars, buf, u, own, q);
+              const int2 cr = RefillPart(bars, buf, u, own, pown, q);
               SS_TRACE(kTrPart0 + q, k, true);
 #pragma unroll
               for (int c = cr.x; c < cr.y; ++c) {
@@ -295,7 +302,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
             TileRows(p, t0, len, tg, pg, row);
 #pragma unroll 1
             for (int q = 0; q < 3; ++q) {
-              const int2 cr = RefillPart(bars, buf, u, own, q);
+              const int2 cr = RefillPart(bars, buf, u, own, pown, q);
 #pragma unroll
               for (int c = cr.x; c < cr.y; ++c)
                 if constexpr (!(kVar & 4)) CopyKvBlock(dst, p, row, tg, cq, c);
@@ -314,13 +321,15 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       TilePages(p, b, blk0 * kTokTile, len, tg, pg_next);
       for (int j = 0; j < n; ++j, ++k) {
         const int buf = k & 1, u = k >> 1;
+        const int pown = buf ? pown1 : pown0;  // owner of the buffer's previous tile
+        if (buf) pown1 = j & 1; else pown0 = j & 1;
         uint16_t* dst = reinterpret_cast<uint16_t*>(kbuf + buf * kSsTileBytes);
         uint32_t row[4];
         TileRows(p, (blk0 + j) * kTokTile, len, tg, pg_next, row);
         if (j + 1 < n) TilePages(p, b, (blk0 + j + 1) * kTokTile, len, tg, pg_next);
 #pragma unroll
         for (int q = 0; q < 3; ++q) {
-          const int2 cr = RefillPart(bars, buf, u, j & 1, q);
+          const int2 cr = RefillPart(bars, buf, u, j & 1, pown, q);
 #pragma unroll
           for (int c = cr.x; c < cr.y; ++c) {
             if constexpr (kVar & 4) {
@@ -347,8 +356,8 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
   const uint32_t qa = SmemAddr(sQ), kb0 = SmemAddr(kbuf);
   constexpr uint32_t lbo = kBlockBytes, sbo = 1024;
   int kbase = 0, sc = 0;
-  // Releases part `part` of KV buffer `buf` (kMc: one lane per warp on this CTA's barrier, one on the peer's;
-  // the warp is converged at every call site and its wgmma reads have completed).
+  // Releases role `part` (see SsBars::empty) of KV buffer `buf` (kMc: one lane per warp on this CTA's
+  // barrier, one on the peer's; the warp is converged at every call site and its wgmma reads have completed).
   auto empty_arrive = [&](int buf, int part) {
     if constexpr (kMc) {
       __syncwarp();
@@ -387,25 +396,24 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
     int pend_own = -1, pend_oth = -1;  // local tiles whose PV (this WG's half) may still be in flight
 
-    // After this WG's PVs completed: own tile -> its V half; other's tile -> its V half and the P block
-    // (the owner released the rest earlier).
+    // After this WG's PVs completed: own tile -> the owner's V half (role 0); other's tile -> the non-owner
+    // half (role 2) and the P block (role 1). The owner released roles 1 and 2 of its tiles earlier.
     auto release = [&]() {
-      if (pend_own >= 0) empty_arrive((kbase + pend_own) & 1, w);
+      if (pend_own >= 0) empty_arrive((kbase + pend_own) & 1, 0);
       if (pend_oth >= 0) {
-        empty_arrive((kbase + pend_oth) & 1, w);
         empty_arrive((kbase + pend_oth) & 1, 2);
+        empty_arrive((kbase + pend_oth) & 1, 1);
       }
       pend_own = pend_oth = -1;
     };
-    // The other WG's tile i: wait for its softmax (P_i is in the tile's rope block, m_i in sM) and release
-    // the V half this WG never reads. Touches no accumulator: it may run while S_j is in flight.
+    // The other WG's tile i: wait for its softmax (P_i is in the tile's rope block, m_i in sM). This WG never
+    // reads the owner's V half of tile i and does not release it (role 0 counts the owner only).
     float mo0 = -INFINITY, mo1 = -INFINITY;
     auto other_fetch = [&](int i) {
       NamedBarSync(1 + (i & 1), 256);
       mo0 = sM[(i & 1) * 64 + lr0];
       mo1 = sM[(i & 1) * 64 + lr1];
       SS_TRACE(kTrOFetch, kbase + i, wt == 0);
-      empty_arrive((kbase + i) & 1, 1 - w);
     };
     auto scale_acc = [&](float a0, float a1) {
 #pragma unroll
@@ -441,11 +449,12 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
     };
 
     // Own tile j (kOth: the other WG's tile j-1 is handled here too; every own tile but WG0's first).
-    // Order: issue S_j; wait for softmax_{j-1} while S_j runs; after S_j: rescale by alpha_{j-1}, issue
-    // PV_{j-1} (SS, P_{j-1} from smem); softmax_j while it runs; after it: rescale by alpha_j, issue PV_j
-    // (RS, P_j from registers). The other WG's S is queued while this softmax runs, and each tile's
-    // buffer is released as soon as both PVs on it are done. A compile-time flag, not a branch around
-    // wgmmas: ptxas serialises wgmmas whose accumulators meet at a control-flow merge.
+    // Order: wait for this WG's PV_{j-2} and release it; wait for softmax_{j-1}, rescale by alpha_{j-1} and
+    // issue PV_{j-1} (SS, P_{j-1} from smem) *before* S_j, so tile j-1's buffer does not wait for tile j's
+    // data (the trace of benchmarks/NOTES.md, session 6); issue S_j; release tile j-1 as soon as PV_{j-1}
+    // is done (wait_group 1); after S_j: softmax_j, rescale by alpha_j, issue PV_j (RS, P_j from registers).
+    // A compile-time flag, not a branch around wgmmas: ptxas serialises wgmmas whose accumulators meet at a
+    // control-flow merge.
     auto own_tile = [&](int j, auto oth_tag) {
       constexpr bool oth = decltype(oth_tag)::value;
       const int k = kbase + j, buf = k & 1, par = (k >> 1) & 1;
@@ -455,6 +464,10 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       FenceRegs(acc);
       release();
       SS_TRACE(kTrRel, k, wt == 0);
+      if constexpr (oth) {
+        other_fetch(j - 1);
+        other_pv(j - 1);
+      }
       // S_j = Q K_j^T (64 x 64 tokens) block by block as copies land: own V half, rope, other half (the
       // order the producer refills them in; the other half is released last).
       float sc4[8][4];
@@ -476,12 +489,14 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         }
       }
       WgCommit();
-      if constexpr (oth) other_fetch(j - 1);  // while S_j runs: wait for softmax_{j-1}, read m_{j-1}
+      if constexpr (oth) {
+        WgWait<1>();  // PV_{j-1} done (S_j may still run): tile j-1's non-owner half and P block go back
+        release();
+      }
       WgWait0();
       FenceRegs(sc4);
       SS_TRACE(kTrSDone, k, wt == 0);
-      if constexpr (oth) other_pv(j - 1);  // right away: frees the other's tile early
-      empty_arrive(buf, 1 - w);  // S_j done: the V half the other WG multiplies is not read here
+      empty_arrive(buf, 2);  // S_j done: the non-owner's V half is not read by this WG again
 
       // Softmax of tile j (log2 units), masked by each row's own bound.
       const int tok0 = (blk0 + j) * kTokTile + (lane & 3) * 2;
@@ -530,12 +545,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       FenceProxyAsync();                    // P_j stores (generic) -> the other WG's wgmma (async proxy)
       NamedBarArrive(1 + (j & 1), 256);     // softmax j published (P_j, m_j)
       SS_TRACE(kTrSmax, k, wt == 0);
-      empty_arrive(buf, 2);                 // this WG is done with the rope/P block of tile j
-      if constexpr (oth) {
-        WgWait0();  // PV_{j-1} done: its V half goes back to the producer now
-        FenceRegs(acc);
-        release();
-      }
+      empty_arrive(buf, 1);                 // this WG is done with the rope/P block of tile j
       l0 = l0 * al0 + rs0;
       l1 = l1 * al1 + rs1;
       scale_acc(al0, al1);
@@ -550,7 +560,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       for (int jj = 0; jj < n; ++jj) {
         const int k = kbase + jj;
         for (int c = 0; c < 9; ++c) MbarWait(&bars->full[k & 1][c], (k >> 1) & 1);
-        for (int part = 0; part < 3; ++part) empty_arrive(k & 1, part);
+        for (int role = (jj & 1) == w ? 0 : 1; role < 3; ++role) empty_arrive(k & 1, role);
       }
       NamedBarSync(3, 256);
       MbarArrive(&bars->q_empty);
