@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # One device call: load (or build) the FFI library, gpu-marked contract tests, compute-sanitizer
 # memcheck + racecheck on a small case, then the benchmark. Logs go to ${OUT:-/tmp/out}.
-# Usage: bash benchmarks/mla_decode_gpu_check.sh [standalone] [tests] [formats] [sanitize] [bench ARGS...]
+# Usage: bash benchmarks/mla_decode_gpu_check.sh [standalone] [tests] [formats] [sanitize] [trace] [repeat]
+#                                                 [bench ARGS...]
 #   formats: gpu-marked FP8/NVFP4 page tests (tests/test_mla_decode_formats.py)
+#   trace: the seesaw kernel's timeline (standalone driver built with -DHELIX_SS_TRACE, then its load-path
+#          timings; benchmarks/NOTES.md, session 6)
+#   repeat: every GPU contract case 3x per seesaw load path, vs the oracle and bitwise (races)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
@@ -40,6 +44,17 @@ while [ $# -gt 0 ]; do
         XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout 150 compute-sanitizer --tool $tool --kernel-name kns=mla_ \
           python3 benchmarks/mla_decode_sanitize.py > "$OUT/$tool.log" 2>&1
         echo "== $tool rc=$?"; grep -v "^$" "$OUT/$tool.log" | tail -6
+      done ;;
+    trace) shift
+      nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --use_fast_math -diag-suppress 940,2473 -Xcompiler -Wno-return-type \
+        -DHELIX_SS_TRACE -I"$(python3 -c 'import jax.ffi; print(jax.ffi.include_dir())')" -Iffi/src \
+        benchmarks/mla_decode_standalone.cu -o /tmp/mla_standalone_trace &&
+        timeout 240 /tmp/mla_standalone_trace load > "$OUT/trace.log" 2>&1
+      echo "== trace rc=$?"; grep -E "passing|^trace|^tile|^ *[0-9]+ |^load" "$OUT/trace.log" ;;
+    repeat) shift
+      for ld in tma_evict_first cpasync tma tma_multicast; do
+        HELIX_MLA_DECODE_LOAD=$ld timeout 150 python3 benchmarks/mla_decode_repeat.py --runs 3 --seconds 20 > "$OUT/repeat_$ld.log" 2>&1
+        echo "== repeat $ld rc=$?"; grep -v Warn "$OUT/repeat_$ld.log" | tail -7
       done ;;
     bench) shift; timeout 400 python3 benchmarks/mla_decode.py --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -80; break ;;
     *) echo "unknown step $1"; exit 2 ;;
