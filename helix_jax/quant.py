@@ -41,6 +41,7 @@ NVFP4 (§10.3)
 """
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -72,14 +73,26 @@ def _scalar(scale, name):
     s = jnp.asarray(scale, jnp.float32)
     if s.size != 1:
         raise ValueError(f"{name} must be a single float (shape [] or [1]), got shape {s.shape}")
-    return s.reshape(())
+    s = s.reshape(())
+    if not isinstance(s, jax.core.Tracer):  # concrete: checked here; under jit the caller's value is trusted
+        v = float(s)
+        if not (np.isfinite(v) and v > 0):
+            raise ValueError(f"{name} must be a finite float > 0, got {v}")
+    return s
+
+
+# Largest data-derived scale: its reciprocal (the dequantization factor, also used by the kernels) stays a
+# normal float32, and a tiny but nonzero amax (below ~1e-35) cannot overflow the scale to inf, which would
+# turn the zeros of the tensor into NaN (0 * inf).
+MAX_DERIVED_SCALE = 2.0 ** 126
 
 
 # -- FP8 E4M3 ---------------------------------------------------------------------------------
 def fp8_scale_from_amax(amax):
-    """Per-tensor orig->quant scale ``448 / amax`` (1.0 for an all-zero tensor). float32 scalar."""
+    """Per-tensor orig->quant scale ``min(448 / amax, 2^126)`` (1.0 for an all-zero tensor). float32 scalar."""
     a = jnp.asarray(amax, jnp.float32)
-    return jnp.where(a > 0, jnp.float32(FP8_E4M3_MAX) / jnp.where(a > 0, a, 1.0), 1.0)
+    s = jnp.minimum(jnp.float32(FP8_E4M3_MAX) / jnp.where(a > 0, a, 1.0), jnp.float32(MAX_DERIVED_SCALE))
+    return jnp.where(a > 0, s, 1.0)
 
 
 def quantize_fp8(x, scale):
@@ -130,10 +143,10 @@ def unpack_fp4(packed):
 
 # -- NVFP4 ------------------------------------------------------------------------------------
 def nvfp4_global_scale_from_amax(amax):
-    """Per-tensor orig->quant global scale ``448*6 / amax`` (§10.3 static default when amax == 0)."""
+    """Per-tensor orig->quant global scale ``min(448*6 / amax, 2^126)`` (§10.3 static default when amax == 0)."""
     a = jnp.asarray(amax, jnp.float32)
-    return jnp.where(a > 0, jnp.float32(FP8_E4M3_MAX * E2M1_MAX) / jnp.where(a > 0, a, 1.0),
-                     jnp.float32(NVFP4_KV_GLOBAL_SCALE))
+    g = jnp.minimum(jnp.float32(FP8_E4M3_MAX * E2M1_MAX) / jnp.where(a > 0, a, 1.0), jnp.float32(MAX_DERIVED_SCALE))
+    return jnp.where(a > 0, g, jnp.float32(NVFP4_KV_GLOBAL_SCALE))
 
 
 def _blocks(x):
