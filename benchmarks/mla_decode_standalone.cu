@@ -194,8 +194,7 @@ template <int kMode, int kFmt = kFmtNative, int kVar = 0>
 static void Run(Dev& d, const QParams& qp = QParams{}, int part = 0) {
   Params p = d.p;
   const int mtiles = (p.GH + kRowsTile - 1) / kRowsTile;
-  int num_parts = std::min(std::max(d.num_sms / mtiles, 1), kMaxParts);
-  if (kMode == kSeesaw && SeesawLoad(p, mtiles, kVar) == 3) num_parts = SeesawClusterParts<true>(mtiles, num_parts);
+  const int num_parts = MainParts<true>(p, d.num_sms, mtiles, kMode == kSeesaw, kVar);
   const WsLayout l = Layout(p.B, p.GH);
   Sched s{reinterpret_cast<int4*>(d.ws + l.seg), reinterpret_cast<int2*>(d.ws + l.part), reinterpret_cast<int2*>(d.ws + l.batch)};
   p.lse_part = reinterpret_cast<float*>(d.ws + l.lse);

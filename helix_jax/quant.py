@@ -87,12 +87,17 @@ def _scalar(scale, name):
 MAX_DERIVED_SCALE = 2.0 ** 126
 
 
+def _derived_scale(amax, numerator, default):
+    """``min(numerator / amax, MAX_DERIVED_SCALE)`` as float32; ``default`` where ``amax`` is not > 0."""
+    a = jnp.asarray(amax, jnp.float32)
+    s = jnp.minimum(jnp.float32(numerator) / jnp.where(a > 0, a, 1.0), jnp.float32(MAX_DERIVED_SCALE))
+    return jnp.where(a > 0, s, jnp.float32(default))
+
+
 # -- FP8 E4M3 ---------------------------------------------------------------------------------
 def fp8_scale_from_amax(amax):
     """Per-tensor orig->quant scale ``min(448 / amax, 2^126)`` (1.0 for an all-zero tensor). float32 scalar."""
-    a = jnp.asarray(amax, jnp.float32)
-    s = jnp.minimum(jnp.float32(FP8_E4M3_MAX) / jnp.where(a > 0, a, 1.0), jnp.float32(MAX_DERIVED_SCALE))
-    return jnp.where(a > 0, s, 1.0)
+    return _derived_scale(amax, FP8_E4M3_MAX, 1.0)
 
 
 def quantize_fp8(x, scale):
@@ -144,9 +149,7 @@ def unpack_fp4(packed):
 # -- NVFP4 ------------------------------------------------------------------------------------
 def nvfp4_global_scale_from_amax(amax):
     """Per-tensor orig->quant global scale ``min(448*6 / amax, 2^126)`` (§10.3 static default when amax == 0)."""
-    a = jnp.asarray(amax, jnp.float32)
-    g = jnp.minimum(jnp.float32(FP8_E4M3_MAX * E2M1_MAX) / jnp.where(a > 0, a, 1.0), jnp.float32(MAX_DERIVED_SCALE))
-    return jnp.where(a > 0, g, jnp.float32(NVFP4_KV_GLOBAL_SCALE))
+    return _derived_scale(amax, FP8_E4M3_MAX * E2M1_MAX, NVFP4_KV_GLOBAL_SCALE)
 
 
 def _blocks(x):

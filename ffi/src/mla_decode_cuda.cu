@@ -1199,6 +1199,14 @@ int SeesawClusterParts(int mtiles, int num_parts) {
   return max(1, min(num_parts, clusters * 2 / mtiles));
 }
 
+// CTAs per row tile (grid x, the schedule's parts): the SMs shared by the row tiles, at most kMaxParts, fewer
+// where the seesaw kernel runs in 1 x 2 clusters (kvar: the standalone driver's forced load path).
+template <bool kBf16>
+int MainParts(const Params& p, int num_sms, int mtiles, bool seesaw, int kvar = 0) {
+  const int parts = min(max(num_sms / mtiles, 1), kMaxParts);
+  return seesaw && SeesawLoad(p, mtiles, kvar) == 3 ? SeesawClusterParts<kBf16>(mtiles, parts) : parts;
+}
+
 // Native pages: HELIX_MLA_DECODE_KERNEL picks auto (small | seesaw by G*H) | seesaw | wgmma | mma. Quantized pages:
 // HELIX_MLA_DECODE_DEQUANT picks auto (small-G*H with producer dequantization | pipe by G*H) | pipe | tile | fp8qk.
 template <bool kBf16, int kFmt = kFmtNative>
@@ -1213,9 +1221,8 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
                                                           : "helix_mla_decode: HELIX_MLA_DECODE_DEQUANT must be auto, small, pipe, tile or fp8qk");
   Params p = base;
   const int mtiles = (p.GH + kRowsTile - 1) / kRowsTile;
-  int num_parts = min(max(num_sms / mtiles, 1), kMaxParts);
   const bool seesaw = kFmt == kFmtNative && (mode == kSeesaw || (mode == kSmallGh && p.GH > kSmRows));
-  if (seesaw && SeesawLoad(p, mtiles) == 3) num_parts = SeesawClusterParts<kBf16>(mtiles, num_parts);
+  const int num_parts = MainParts<kBf16>(p, num_sms, mtiles, seesaw);
   const WsLayout l = Layout(p.B, p.GH);
   Sched s{reinterpret_cast<int4*>(ws + l.seg), reinterpret_cast<int2*>(ws + l.part), reinterpret_cast<int2*>(ws + l.batch)};
   p.lse_part = reinterpret_cast<float*>(ws + l.lse);
