@@ -1038,15 +1038,17 @@ int KernelModeFromEnv() {
   return mode;
 }
 
-// KV load path of the seesaw kernel from HELIX_MLA_DECODE_LOAD, read once: auto (default) = tma_evict_first
-// (TMA with an L2 evict-first hint where the page size is a multiple of 64, else cp.async; 1.04-1.15x faster
-// than cp.async on the H200), tma (no hint), cpasync, tma_multicast (evict-first TMA multicast over the two
-// row tiles of a cluster of two CTAs where the row tiles come in pairs, else tma_evict_first). Returns kLoad
-// (0..3) or -1 for a bad value.
+// KV load path of the seesaw kernel from HELIX_MLA_DECODE_LOAD, read once: auto (default) = tma_multicast
+// where the row tiles come in pairs, else tma_evict_first (session 7: multicast was 1-5 % faster with two or
+// more row tiles, and no slower at B = 1); tma_evict_first (TMA with an L2 evict-first hint where the page
+// size is a multiple of 64, else cp.async), tma (no hint), cpasync, tma_multicast (evict-first TMA multicast
+// over the two row tiles of a cluster of two CTAs where the row tiles come in pairs, else tma_evict_first).
+// Returns kLoad (0..3), 4 for auto, or -1 for a bad value.
 int LoadModeFromEnv() {
   static const int mode = [] {
     const char* v = std::getenv("HELIX_MLA_DECODE_LOAD");
-    if (v == nullptr || std::strcmp(v, "auto") == 0 || std::strcmp(v, "tma_evict_first") == 0) return 2;
+    if (v == nullptr || std::strcmp(v, "auto") == 0) return 4;
+    if (std::strcmp(v, "tma_evict_first") == 0) return 2;
     if (std::strcmp(v, "cpasync") == 0) return 0;
     if (std::strcmp(v, "tma") == 0) return 1;
     if (std::strcmp(v, "tma_multicast") == 0) return 3;
@@ -1101,6 +1103,7 @@ int SeesawLoad(const Params& p, int mtiles, int kvar = 0) {
   int load = (kvar & 8) ? 0 : (kvar & 16) ? 1 : (kvar & 32) ? 2 : (kvar & 64) ? 3 : LoadModeFromEnv();
   if (load < 0) return load;
   if (p.P % kTokTile != 0) return 0;
+  if (load == 4) load = 3;
   if (load == 3 && mtiles % 2 != 0) return 2;
   return load;
 }

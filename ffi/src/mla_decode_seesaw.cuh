@@ -9,8 +9,9 @@
 // P_j = exp(S_j - m_j); it leaves a 16-bit copy of P_j in the tile's rope block (dead once S_j is done)
 // plus m_j in shared memory for the other WG (named-barrier hand-off), then multiplies its own P_j from
 // registers (RS wgmma) into its half of O. The other WG, once softmax_j is out, applies alpha_j =
-// exp(m_{j-1} - m_j) to its half and issues P_j V_j (SS wgmma) *before* its own S_{j+1}, so tile j's buffer
-// never waits for tile j+1's data (see own_tile). Each buffer is released by role: the owner's V half
+// exp(m_{j-1} - m_j) to its half and issues P_j V_j (SS wgmma) after the first part of its own S_{j+1} (the
+// blocks of its own V half) and before the rest, so tile j's buffer never waits for tile j+1's last data
+// (see own_tile). Each buffer is released by role: the owner's V half
 // (the owner alone reads it: released after its PV), the rope/P block and the non-owner's V half (after
 // both WGs are done with them); the producer refills a tile in the owner's S order (owner's V half, rope
 // block, the other half), so the next tile's S can start on its first blocks early. Softmax statistics:
@@ -18,7 +19,7 @@
 // of the tiles it owns; L = l_0 + l_1 at the end of a segment.
 //
 // KV loads (kLoad): 0 = cp.async by all 128 producer threads (any page size); 1 / 2 = TMA (page size a
-// multiple of 64: a tile is 64 consecutive pool rows): one producer thread issues 9 tensor copies of
+// multiple of 64: a tile is 64 consecutive pool rows): producer warp 0 waits, its lane 0 issues 9 tensor copies of
 // 64 x 64 per tile (8 latent blocks from one tensor map, the rope block from another; the maps' 128-byte
 // swizzle is exactly TileOff's layout), completion by transaction count on the same per-block mbarriers
 // (2: with an L2 evict-first hint). A sequence's last, partial tile still goes through cp.async, which
@@ -258,43 +259,48 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       }
       const int cq = pt & 7, tg = pt >> 3;
       if constexpr (kLoad != 0) {
-        // TMA: thread 0 issues whole tiles (page id read one tile ahead); a partial last tile goes through
+        // TMA: warp 0 waits, its lane 0 issues whole tiles (page id read one tile ahead); a partial last tile goes through
         // cp.async by all 128 threads (zero fill past len), each waits for its own copies, and after a
         // producer barrier thread 0 arrives once per block (count 1, as for TMA). Once per segment.
         auto page_of = [&](int t0) { return t0 < len ? min(max(__ldg(p.page_table + (long long)b * p.npp + t0 / p.P), 0), p.N - 1) : 0; };
-        int pg_next = pt == 0 ? page_of(blk0 * kTokTile) : 0;
+        int pg_next = pt < 32 ? page_of(blk0 * kTokTile) : 0;
         for (int j = 0; j < n; ++j, ++k) {
           const int buf = k & 1, u = k >> 1, own = j & 1, t0 = (blk0 + j) * kTokTile;
           const int pown = buf ? pown1 : pown0;  // owner of the buffer's previous tile
           if (buf) pown1 = own; else pown0 = own;
           uint16_t* dst = reinterpret_cast<uint16_t*>(kbuf + buf * kSsTileBytes);
           if (t0 + kTokTile <= len) {
-            if (pt != 0) continue;
+            // The whole producer warp waits (lane 0 issues): lanes left spinning elsewhere in lane 0's warp
+            // delayed its reaction to each release by 0.4-0.8 us (session 7 trace).
+            if (pt >= 32) continue;
             const int y = pg_next * p.P + t0 % p.P;
             if (j + 1 < n) pg_next = page_of(t0 + kTokTile);
 #pragma unroll 1
             for (int q = 0; q < 3; ++q) {
               const int2 cr = RefillPart(bars, buf, u, own, pown, q);
-              SS_TRACE(kTrPart0 + q, k, true);
+              SS_TRACE(kTrPart0 + q, k, pt == 0);
+              if (pt == 0) {
 #pragma unroll
-              for (int c = cr.x; c < cr.y; ++c) {
-                if constexpr (kVar & 4) {
-                  MbarArrive(&bars->full[buf][c]);
-                  continue;
-                }
-                MbarArriveExpectTx(&bars->full[buf][c], kBlockBytes);  // kMc: the peer may issue this block
-                const CUtensorMap* map = c < 8 ? &maps.lat : &maps.rope;
-                if constexpr (kMc) {
-                  if ((uint32_t)(c & 1) != peer)  // this CTA (rank peer ^ 1) issues every other block to both
-                    TmaLoad2dMc(dst + c * (kBlockBytes / 2), map, c < 8 ? c * 64 : 0, y, &bars->full[buf][c], 3, pol);
-                } else {
-                  TmaLoad2d<kLoad >= 2>(dst + c * (kBlockBytes / 2), map, c < 8 ? c * 64 : 0, y, &bars->full[buf][c], pol);
+                for (int c = cr.x; c < cr.y; ++c) {
+                  if constexpr (kVar & 4) {
+                    MbarArrive(&bars->full[buf][c]);
+                    continue;
+                  }
+                  MbarArriveExpectTx(&bars->full[buf][c], kBlockBytes);  // kMc: the peer may issue this block
+                  const CUtensorMap* map = c < 8 ? &maps.lat : &maps.rope;
+                  if constexpr (kMc) {
+                    if ((uint32_t)(c & 1) != peer)  // this CTA (rank peer ^ 1) issues every other block to both
+                      TmaLoad2dMc(dst + c * (kBlockBytes / 2), map, c < 8 ? c * 64 : 0, y, &bars->full[buf][c], 3, pol);
+                  } else {
+                    TmaLoad2d<kLoad >= 2>(dst + c * (kBlockBytes / 2), map, c < 8 ? c * 64 : 0, y, &bars->full[buf][c], pol);
+                  }
                 }
               }
+              __syncwarp();
             }
           } else {
-            // Threads other than 0 skipped the whole tiles' empty waits; a parity wait can only be trusted
-            // for the latest phase, so first let thread 0 get here (it has waited for every earlier phase).
+            // Warps other than the first skipped the whole tiles' empty waits; a parity wait can only be
+            // trusted for the latest phase, so first let warp 0 get here (it has waited for every earlier phase).
             NamedBarSyncDiv(4, 128);
             int pg[4];
             uint32_t row[4];
@@ -449,10 +455,13 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
     };
 
     // Own tile j (kOth: the other WG's tile j-1 is handled here too; every own tile but WG0's first).
-    // Order: wait for this WG's PV_{j-2} and release it; wait for softmax_{j-1}, rescale by alpha_{j-1} and
-    // issue PV_{j-1} (SS, P_{j-1} from smem) *before* S_j, so tile j-1's buffer does not wait for tile j's
-    // data (the trace of benchmarks/NOTES.md, session 6); issue S_j; release tile j-1 as soon as PV_{j-1}
-    // is done (wait_group 1); after S_j: softmax_j, rescale by alpha_j, issue PV_j (RS, P_j from registers).
+    // Order: wait for this WG's PV_{j-2} and release its V half (role 0, the owner's alone); issue S_j on
+    // the own V half (refilled first: its data does not wait for the other WG); then, while that runs,
+    // wait for softmax_{j-1}, rescale by alpha_{j-1} and issue PV_{j-1} (SS, P_{j-1} from smem); issue the
+    // rest of S_j (rope + other half); release tile j-1 once PV_{j-1} is done (wait_group 1: the rest of
+    // S_j may still run), so its refill never waits for tile j's last data (session 6 trace); after S_j:
+    // softmax_j, rescale by alpha_j, issue PV_j (RS, P_j from registers). S_j's first part overlaps the
+    // other WG's softmax_{j-1} (benchmarks/NOTES.md, session 7).
     // A compile-time flag, not a branch around wgmmas: ptxas serialises wgmmas whose accumulators meet at a
     // control-flow merge.
     auto own_tile = [&](int j, auto oth_tag) {
@@ -464,10 +473,6 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       FenceRegs(acc);
       release();
       SS_TRACE(kTrRel, k, wt == 0);
-      if constexpr (oth) {
-        other_fetch(j - 1);
-        other_pv(j - 1);
-      }
       // S_j = Q K_j^T (64 x 64 tokens) block by block as copies land: own V half, rope, other half (the
       // order the producer refills them in; the other half is released last).
       float sc4[8][4];
@@ -477,6 +482,15 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
 #pragma unroll
       for (int q = 0; q < 9; ++q) {
         const int c = q < 4 ? w * 4 + q : q == 4 ? 8 : (1 - w) * 4 + (q - 5);
+        if (q == 4) {
+          // S_j's own V half (refilled first) is one commit group; the other WG's tile j-1 is taken here,
+          // while it runs: wait for softmax_{j-1}, issue PV_{j-1}, before waiting for the rest of tile j.
+          WgCommit();
+          if constexpr (oth) {
+            other_fetch(j - 1);
+            other_pv(j - 1);
+          }
+        }
         MbarWait(&bars->full[buf][c], par);
         if (q == 0) SS_TRACE(kTrFirst, k, wt == 0);
         if (q == 8) SS_TRACE(kTrLast, k, wt == 0);
@@ -490,7 +504,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       }
       WgCommit();
       if constexpr (oth) {
-        WgWait<1>();  // PV_{j-1} done (S_j may still run): tile j-1's non-owner half and P block go back
+        WgWait<1>();  // S_j's own half and PV_{j-1} done: tile j-1's P block and non-owner half go back
         release();
       }
       WgWait0();
