@@ -1096,18 +1096,6 @@ cudaError_t EncodeKvMaps(const Params& p, SsMaps* maps) {
   return cudaSuccess;
 }
 
-// The seesaw kernel's load path for this call: the env's (or kVarLoad's: kVar bits 8 / 16 / 32 / 64 of the
-// standalone driver force cp.async / TMA / TMA evict-first / multicast), reduced to what the shape allows:
-// TMA needs 64 consecutive pool rows per tile (P % 64 == 0), multicast pairs of row tiles. -1: bad env value.
-int SeesawLoad(const Params& p, int mtiles, int kvar = 0) {
-  int load = (kvar & 8) ? 0 : (kvar & 16) ? 1 : (kvar & 32) ? 2 : (kvar & 64) ? 3 : LoadModeFromEnv();
-  if (load < 0) return load;
-  if (p.P % kTokTile != 0) return 0;
-  if (load == 4) load = 3;
-  if (load == 3 && mtiles % 2 != 0) return 2;
-  return load;
-}
-
 // The >48 KB shared-memory opt-in of `kernel` is per device: set it once for each device this process
 // launches on (a once-per-process flag left every GPU but the first failing the launch). `ready` holds
 // one bit per device and belongs to the kernel instantiation.
@@ -1139,6 +1127,48 @@ void SeesawPairConfig(cudaLaunchConfig_t* cfg, cudaLaunchAttribute* attr, dim3 g
   cfg->numAttrs = 1;
 }
 
+// How many 1 x 2 clusters of seesaw CTAs fit on the current device at once (cudaOccupancyMaxActiveClusters;
+// 66 on the H200), once per device; 0 where they cannot run (the query fails or finds none).
+template <bool kBf16>
+int SeesawClusters() {
+  static std::atomic<int> cached[64];  // clusters + 1; 0 = not asked yet
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+  int c = cached[dev].load(std::memory_order_acquire);
+  if (c == 0) {
+    int clusters = 0;
+    static std::atomic<uint64_t> ready{0};
+    cudaError_t err = OptInSharedMemory(mla_seesaw<kBf16, 0, 3>, kSsSmemBytes, ready);
+    if (err == cudaSuccess) {
+      cudaLaunchConfig_t cfg;
+      cudaLaunchAttribute attr;
+      SeesawPairConfig(&cfg, &attr, dim3(1, 2), nullptr);
+      err = cudaOccupancyMaxActiveClusters(&clusters, mla_seesaw<kBf16, 0, 3>, &cfg);
+    }
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();  // this query's error only: the caller falls back to unclustered launches
+      clusters = 0;
+    }
+    c = max(clusters, 0) + 1;
+    cached[dev].store(c, std::memory_order_release);
+  }
+  return c - 1;
+}
+
+// The seesaw kernel's load path for this call: the env's (or kVarLoad's: kVar bits 8 / 16 / 32 / 64 of the
+// standalone driver force cp.async / TMA / TMA evict-first / multicast), reduced to what the shape allows:
+// TMA needs 64 consecutive pool rows per tile (P % 64 == 0), multicast pairs of row tiles (and, for auto,
+// a device where such clusters fit: else evict-first TMA). -1: bad env value.
+template <bool kBf16>
+int SeesawLoad(const Params& p, int mtiles, int kvar = 0) {
+  int load = (kvar & 8) ? 0 : (kvar & 16) ? 1 : (kvar & 32) ? 2 : (kvar & 64) ? 3 : LoadModeFromEnv();
+  if (load < 0) return load;
+  if (p.P % kTokTile != 0) return 0;
+  if (load == 4) load = SeesawClusters<kBf16>() > 0 ? 3 : 2;
+  if (load == 3 && mtiles % 2 != 0) return 2;
+  return load;
+}
+
 template <bool kBf16, int kMode, int kFmt = kFmtNative, int kVar = 0>
 cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtiles, cudaStream_t stream,
                        const QParams& qp = QParams{}) {
@@ -1156,7 +1186,7 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
   } else if constexpr (kMode == kSeesaw) {
     static_assert(kFmt == kFmtNative, "the seesaw kernel reads 16-bit pages");
     constexpr int kV = kVar & 7;
-    const int load = SeesawLoad(p, mtiles, kVar);
+    const int load = SeesawLoad<kBf16>(p, mtiles, kVar);
     if (load < 0) return cudaErrorInvalidValue;  // Launch checks the variable first and names it
     SsMaps maps{};
     if (load != 0 && (err = EncodeKvMaps(p, &maps)) != cudaSuccess) return err;
@@ -1180,26 +1210,11 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
 }
 
 // Most parts (grid x) whose 1 x 2 clusters of seesaw CTAs all fit on the device at once (a cluster's CTAs
-// share a GPC, so fewer pairs than SMs / 2 may fit; a second wave would double the time). Once per device.
+// share a GPC, so fewer pairs than SMs / 2 may fit; a second wave would double the time).
 template <bool kBf16>
 int SeesawClusterParts(int mtiles, int num_parts) {
-  static std::atomic<int> cached[64];
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return num_parts;
-  int clusters = cached[dev].load(std::memory_order_acquire);
-  if (clusters == 0) {
-    static std::atomic<uint64_t> ready{0};
-    if (OptInSharedMemory(mla_seesaw<kBf16, 0, 3>, kSsSmemBytes, ready) != cudaSuccess) return num_parts;
-    cudaLaunchConfig_t cfg;
-    cudaLaunchAttribute attr;
-    SeesawPairConfig(&cfg, &attr, dim3(1, 2), nullptr);
-    if (cudaOccupancyMaxActiveClusters(&clusters, mla_seesaw<kBf16, 0, 3>, &cfg) != cudaSuccess || clusters <= 0) {
-      (void)cudaGetLastError();
-      return num_parts;
-    }
-    cached[dev].store(clusters, std::memory_order_release);
-  }
-  return max(1, min(num_parts, clusters * 2 / mtiles));
+  const int clusters = SeesawClusters<kBf16>();
+  return clusters <= 0 ? num_parts : max(1, min(num_parts, clusters * 2 / mtiles));
 }
 
 // CTAs per row tile (grid x, the schedule's parts): the SMs shared by the row tiles, at most kMaxParts, fewer
@@ -1207,7 +1222,7 @@ int SeesawClusterParts(int mtiles, int num_parts) {
 template <bool kBf16>
 int MainParts(const Params& p, int num_sms, int mtiles, bool seesaw, int kvar = 0) {
   const int parts = min(max(num_sms / mtiles, 1), kMaxParts);
-  return seesaw && SeesawLoad(p, mtiles, kvar) == 3 ? SeesawClusterParts<kBf16>(mtiles, parts) : parts;
+  return seesaw && SeesawLoad<kBf16>(p, mtiles, kvar) == 3 ? SeesawClusterParts<kBf16>(mtiles, parts) : parts;
 }
 
 // Native pages: HELIX_MLA_DECODE_KERNEL picks auto (small | seesaw by G*H) | seesaw | wgmma | mma. Quantized pages:
