@@ -10,8 +10,7 @@
 // plus m_j in shared memory for the other WG (named-barrier hand-off), then multiplies its own P_j from
 // registers (RS wgmma) into its half of O. The other WG, once softmax_j is out, applies alpha_j =
 // exp(m_{j-1} - m_j) to its half and issues P_j V_j (SS wgmma) after the first part of its own S_{j+1} (the
-// blocks of its own V half) and before the rest, so tile j's buffer never waits for tile j+1's last data
-// (see own_tile). Each buffer is released by role: the owner's V half
+// blocks of its own V half) and before the rest (see own_tile). Each buffer is released by role: the owner's V half
 // (the owner alone reads it: released after its PV), the rope/P block and the non-owner's V half (after
 // both WGs are done with them); the producer refills a tile in the owner's S order (owner's V half, rope
 // block, the other half), so the next tile's S can start on its first blocks early. Softmax statistics:
@@ -270,8 +269,8 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
           if (buf) pown1 = own; else pown0 = own;
           uint16_t* dst = reinterpret_cast<uint16_t*>(kbuf + buf * kSsTileBytes);
           if (t0 + kTokTile <= len) {
-            // The whole producer warp waits (lane 0 issues): lanes left spinning elsewhere in lane 0's warp
-            // delayed its reaction to each release by 0.4-0.8 us (session 7 trace).
+            // The whole producer warp waits and lane 0 issues, so lanes 1-31 do not run ahead and spin on the
+            // next segment's Q barrier inside lane 0's warp (session 7: within noise; kept as the simpler form).
             if (pt >= 32) continue;
             const int y = pg_next * p.P + t0 % p.P;
             if (j + 1 < n) pg_next = page_of(t0 + kTokTile);
@@ -459,9 +458,9 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
     // the own V half (refilled first: its data does not wait for the other WG); then, while that runs,
     // wait for softmax_{j-1}, rescale by alpha_{j-1} and issue PV_{j-1} (SS, P_{j-1} from smem); issue the
     // rest of S_j (rope + other half); release tile j-1 once PV_{j-1} is done (wait_group 1: the rest of
-    // S_j may still run), so its refill never waits for tile j's last data (session 6 trace); after S_j:
-    // softmax_j, rescale by alpha_j, issue PV_j (RS, P_j from registers). S_j's first part overlaps the
-    // other WG's softmax_{j-1} (benchmarks/NOTES.md, session 7).
+    // S_j may still run; releasing before issuing the rest was no faster, NOTES session 7 attempt 13);
+    // after S_j: softmax_j, rescale by alpha_j, issue PV_j (RS, P_j from registers). S_j's first part
+    // overlaps the other WG's softmax_{j-1} (benchmarks/NOTES.md, session 7).
     // A compile-time flag, not a branch around wgmmas: ptxas serialises wgmmas whose accumulators meet at a
     // control-flow merge.
     auto own_tile = [&](int j, auto oth_tag) {
@@ -484,7 +483,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         const int c = q < 4 ? w * 4 + q : q == 4 ? 8 : (1 - w) * 4 + (q - 5);
         if (q == 4) {
           // S_j's own V half (refilled first) is one commit group; the other WG's tile j-1 is taken here,
-          // while it runs: wait for softmax_{j-1}, issue PV_{j-1}, before waiting for the rest of tile j.
+          // while it runs: wait for softmax_{j-1}, issue PV_{j-1}, then the rest of S_j.
           WgCommit();
           if constexpr (oth) {
             other_fetch(j - 1);
