@@ -1164,7 +1164,7 @@ int SeesawLoad(const Params& p, int mtiles, int kvar = 0) {
   int load = (kvar & 8) ? 0 : (kvar & 16) ? 1 : (kvar & 32) ? 2 : (kvar & 64) ? 3 : LoadModeFromEnv();
   if (load < 0) return load;
   if (p.P % kTokTile != 0) return 0;
-  if (load == 4) load = SeesawClusters<kBf16>() > 0 ? 3 : 2;
+  if (load == 4) return mtiles % 2 == 0 && SeesawClusters<kBf16>() > 0 ? 3 : 2;  // no cluster query for odd tiles
   if (load == 3 && mtiles % 2 != 0) return 2;
   return load;
 }
