@@ -348,13 +348,86 @@ int main(int argc, char** argv) {
   const bool qsmall = argc > 1 && std::strcmp(argv[1], "qsmall") == 0;  // checks + quantized small-G*H timing only
   const bool load = argc > 1 && std::strcmp(argv[1], "load") == 0;      // checks + seesaw load-path timings only
   const float scale = 0.0721f;
+  struct CaseDef { int B, G, H, P; std::vector<int> lens; };
+  if (argc > 1 && std::strcmp(argv[1], "q8var") == 0) {  // mla_small_q8 variants, alternating, 3 rounds
+    for (int B : {64, 128}) {
+      Dev d = UploadTiming(B, 1, 16, 64, 65536, scale);
+      QParams qp = QuantTiming(d, kFmtFp8);
+      for (int r = 0; r < 3; ++r) {
+        const float bf = TimeMs<kSmallGh, kFmtNative, 32>(d, 10);
+        const float t0 = TimeMs<kSmallQ8, kFmtFp8>(d, 10, qp), t32 = TimeMs<kSmallQ8, kFmtFp8, 32>(d, 10, qp),
+                    t64 = TimeMs<kSmallQ8, kFmtFp8, 64>(d, 10, qp), t96 = TimeMs<kSmallQ8, kFmtFp8, 96>(d, 10, qp);
+        std::printf("q8var B=%d round %d: bf16 %.4f | q8 %.4f (%.3fx) | evict-first %.4f (%.3fx) | one fence %.4f (%.3fx) | both %.4f (%.3fx)\n",
+                    B, r, bf, t0, bf / t0, t32, bf / t32, t64, bf / t64, t96, bf / t96);
+      }
+      FreeQuant(qp);
+      Free(d);
+    }
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "q8") == 0) {
+    // fp8 pages through mla_small_q8 (S on E4M3 tensor cores, V^T converted in registers): checks against the
+    // double reference with the queries' per-row fp8 round trip, then timings at H=16, G=1 against the bf16
+    // small kernel and the producer-dequantizing fp8 kernel. "q8 999": checks only.
+    const bool checks_only = argc > 2 && std::atoi(argv[2]) == 999;
+    const std::vector<CaseDef> q8_cases = {
+        {4, 1, 16, 64, {1000, 0, 77, 130}},
+        {5, 2, 5, 16, {1, 64, 3000, 129, 191}},
+        {3, 4, 4, 128, {4097, 65, 2}},
+        {2, 1, 1, 32, {700, 33}},
+    };
+    bool all = true;
+    for (size_t ci = 0; ci < q8_cases.size(); ++ci) {
+      const CaseDef& cd = q8_cases[ci];
+      Case c = MakeCase(cd.B, cd.G, cd.H, cd.P, cd.lens, 41 + (unsigned)ci);
+      QHost qh = MakeQuant(c, kFmtFp8, 43 + (unsigned)ci);  // reference: unquantized queries (Q as two E4M3 terms)
+      Dev d = Upload(c, scale);
+      QParams qp = UploadQuant(qh);
+      std::printf("q8 case %zu (B=%d G=%d H=%d P=%d):\n", ci, cd.B, cd.G, cd.H, cd.P);
+      all &= RunChecked(c, d, scale, [&] { Run<kSmallQ8, kFmtFp8>(d, qp); });
+      std::printf("  variants 128 (cp.async producer), 64 (one fence per tile):\n");
+      all &= RunChecked(c, d, scale, [&] { Run<kSmallQ8, kFmtFp8, 128>(d, qp); });
+      all &= RunChecked(c, d, scale, [&] { Run<kSmallQ8, kFmtFp8, 64>(d, qp); });
+      all &= RunChecked(c, d, scale, [&] { Run<kSmallQ8, kFmtFp8, 96>(d, qp); });
+      FreeQuant(qp);
+      Free(d);
+    }
+    std::printf("q8 checks passing: %s\n", all ? "yes" : "NO");
+    if (!all || checks_only) return all ? 0 : 1;
+    for (int B : {1, 64, 128}) {
+      Dev d = UploadTiming(B, 1, 16, 64, 65536, scale);
+      const double tok = (double)B * 65536;
+      const float bf = TimeMs<kSmallGh, kFmtNative, 32>(d, 10);
+      QParams qp = QuantTiming(d, kFmtFp8);
+      const float old = TimeMs<kSmallGh, kFmtFp8, 32 | 256>(d, 10, qp);
+      const float t = TimeMs<kSmallQ8, kFmtFp8>(d, 10, qp);
+      const float mo = TimeMs<kSmallQ8, kFmtFp8>(d, 10, qp, 1);
+      const float math = TimeMs<kSmallQ8, kFmtFp8, 1>(d, 10, qp, 1), prod = TimeMs<kSmallQ8, kFmtFp8, 2>(d, 10, qp, 1);
+      std::printf("q8 B=%d G=1 H=16: bf16 %.4f ms (%.2f TB/s) | fp8 2c2p %.4f ms = %.2fx | q8 %.4f ms = %.2fx bf16 "
+                  "(%.2f TB/s; main-only %.4f, math alone %.4f, producer alone %.4f)\n",
+                  B, bf, tok * 1152 / bf / 1e9, old, bf / old, t, bf / t, tok * 576 / t / 1e9, mo, math, prod);
+      if (B == 64) {  // math alone without: the V^T conversion, the S wgmmas, the PV wgmmas
+        const float nc = TimeMs<kSmallQ8, kFmtFp8, 1 | 4>(d, 10, qp, 1), ns = TimeMs<kSmallQ8, kFmtFp8, 1 | 8>(d, 10, qp, 1),
+                    np = TimeMs<kSmallQ8, kFmtFp8, 1 | 16>(d, 10, qp, 1), nn = TimeMs<kSmallQ8, kFmtFp8, 1 | 4 | 8 | 16>(d, 10, qp, 1);
+        std::printf("q8 B=64 math-alone probes: no conversion %.4f, no S wgmma %.4f, no PV wgmma %.4f, none of them %.4f\n",
+                    nc, ns, np, nn);
+        const float v128 = TimeMs<kSmallQ8, kFmtFp8, 128>(d, 10, qp), v64 = TimeMs<kSmallQ8, kFmtFp8, 64>(d, 10, qp),
+                    p128 = TimeMs<kSmallQ8, kFmtFp8, 2 | 128>(d, 10, qp, 1), m64 = TimeMs<kSmallQ8, kFmtFp8, 1 | 64>(d, 10, qp, 1),
+                    n64 = TimeMs<kSmallQ8, kFmtFp8, 1 | 4 | 8 | 16 | 64>(d, 10, qp, 1);
+        std::printf("q8 B=64 variants: 128 (cp.async producer) %.4f = %.2fx (producer alone %.4f) | 64 (one fence) %.4f = %.2fx "
+                    "(math alone %.4f, none %.4f)\n", v128, bf / v128, p128, v64, bf / v64, m64, n64);
+      }
+      FreeQuant(qp);
+      Free(d);
+    }
+    return 0;
+  }
   const char* names[3] = {"mma", "wgmma", "seesaw"};
   const char* load_names[4] = {"cpasync", "tma", "tma_evict_first", "tma_multicast"};
   bool load_ok = true;
   int ok_mask = 7;
   // Unbalanced lengths, zero-length sequences and zero-bound rows, a partial second row tile (G*H = 80),
   // single-tile and odd/even tile-count segments (seesaw ownership), page sizes 64 and 16.
-  struct CaseDef { int B, G, H, P; std::vector<int> lens; };
   const std::vector<CaseDef> cases = {
       {4, 2, 40, 64, {1000, 0, 77, 130}},
       {9, 4, 16, 16, {1, 64, 65, 3000, 128, 129, 0, 191, 5000}},

@@ -218,9 +218,11 @@ GPU_CASES = [
     (3, 1, 128, 64, [65536, 70, 1]),
     (8, 4, 16, 16, [1000, 64, 63, 65, 4097, 17, 0, 2222]),
     (16, 1, 128, 64, [257] * 15 + [8192]),
-    # G*H <= 16: the CUDA small-G*H kernel with producer-side dequantization
+    # G*H <= 16: the CUDA small-G*H kernels (fp8: mla_small_q8, TMA loads where P % 64 == 0, else cp.async;
+    # nvfp4: producer-side dequantization)
     (4, 1, 16, 64, [65536, 70, 1, 3000]),
     (5, 2, 5, 16, [1000, 64, 0, 65, 4097]),
+    (3, 4, 4, 128, [4097, 65, 2]),
 ]
 
 

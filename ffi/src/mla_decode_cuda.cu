@@ -320,7 +320,7 @@ __device__ __forceinline__ void WgmmaPV(float (&d)[32][4], uint64_t da, uint64_t
 // has dequantized that block of its own 32 tokens, so the dequantization of block j+1 runs while the
 // tensor cores work on block j (see mla_split_kv).
 // kWgmmaFp8Qk (FP8 pages only, opt-in): S = Q K^T on fp8 tensor cores (see mla_split_kv).
-enum KernelMode { kMma = 0, kWgmma = 1, kWgmmaPipe = 2, kWgmmaFp8Qk = 3, kSeesaw = 4, kSmallGh = 5 };
+enum KernelMode { kMma = 0, kWgmma = 1, kWgmmaPipe = 2, kWgmmaFp8Qk = 3, kSeesaw = 4, kSmallGh = 5, kSmallQ8 = 6 };
 // KV page formats: native 16-bit (bf16/f16, the q dtype), FP8 E4M3 per-tensor scale, NVFP4.
 enum KvFmt { kFmtNative = 0, kFmtFp8 = 1, kFmtNvfp4 = 2 };
 // Staged bytes per token of a quantized tile. nvfp4 row: [0,256) latent codes, [256,288) rope codes,
@@ -879,6 +879,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s, Q
 
 #include "mla_decode_seesaw.cuh"
 #include "mla_decode_small.cuh"
+#include "mla_decode_small_q8.cuh"
 
 namespace helix_ffi {
 namespace {
@@ -1002,16 +1003,20 @@ WsLayout Layout(long long B, long long GH) {
   return l;
 }
 
-// Quantized-page variant from HELIX_MLA_DECODE_DEQUANT (auto | small | pipe | tile | fp8qk), read once:
-//   auto (default): the small-G*H kernel with producer-side dequantization where G*H <= 16, else pipe;
-//   small: same as auto;
+// Quantized-page variant from HELIX_MLA_DECODE_DEQUANT (auto | small8 | small | pipe | tile | fp8qk), read once:
+//   auto (default): where G*H <= 16, fp8 pages run mla_small_q8 (raw E4M3 tiles into the tensor cores, Q as two
+//     E4M3 terms; B=64, H=16, G=1, L=64K on the H200: 1.8x the bf16 kernel) and nvfp4 pages the small-G*H
+//     kernel with producer-side dequantization; else pipe;
+//   small8: same as auto;
+//   small: the producer-dequantizing small-G*H kernel for both formats where G*H <= 16, else pipe;
 //   tile: all threads dequantize the whole staged tile, barrier, then S (simple, one more barrier);
 //   pipe: per-warpgroup dequant of 64-column blocks interleaved with the S wgmmas;
 //   fp8qk (fp8 pages only; nvfp4 runs pipe): S on fp8 tensor cores with Q quantized per row in the kernel.
 int DequantModeFromEnv() {
   static const int mode = [] {
     const char* v = std::getenv("HELIX_MLA_DECODE_DEQUANT");
-    if (v == nullptr || std::strcmp(v, "auto") == 0 || std::strcmp(v, "small") == 0) return (int)kSmallGh;
+    if (v == nullptr || std::strcmp(v, "auto") == 0 || std::strcmp(v, "small8") == 0) return (int)kSmallQ8;
+    if (std::strcmp(v, "small") == 0) return (int)kSmallGh;
     if (std::strcmp(v, "pipe") == 0) return (int)kWgmmaPipe;
     if (std::strcmp(v, "tile") == 0) return (int)kWgmma;
     if (std::strcmp(v, "fp8qk") == 0) return (int)kWgmmaFp8Qk;
@@ -1093,6 +1098,43 @@ cudaError_t EncodeKvMaps(const Params& p, SsMaps* maps) {
     return cudaErrorInvalidValue;
   cached = *maps;
   last = Key{p.c_lat, p.k_rope, rows};
+  return cudaSuccess;
+}
+
+// The fp8 pool's tensor maps for mla_small_q8 (see Q8Maps), cached like EncodeKvMaps.
+cudaError_t EncodeQ8Maps(const Params& p, const QParams& qp, Q8Maps* maps) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (encode == nullptr) return cudaErrorSymbolNotFound;
+  struct Key {
+    const void *lat, *rope;
+    long long rows;
+  };
+  thread_local Key last{nullptr, nullptr, -1};
+  thread_local Q8Maps cached;
+  const long long rows = (long long)p.N * p.P;
+  if (last.lat == qp.kv_lat8 && last.rope == qp.kv_rope8 && last.rows == rows) {
+    *maps = cached;
+    return cudaSuccess;
+  }
+  const cuuint32_t estride[2] = {1, 1};
+  auto one = [&](CUtensorMap* m, const void* base, int width, int box_w, CUtensorMapSwizzle swz) {
+    const cuuint64_t dims[2] = {(cuuint64_t)width, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)width};
+    const cuuint32_t box[2] = {(cuuint32_t)box_w, 64};
+    return encode(m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, estride,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, swz, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  };
+  if (one(&maps->lat, qp.kv_lat8, kDl, 128, CU_TENSOR_MAP_SWIZZLE_128B) != CUDA_SUCCESS ||
+      one(&maps->rope, qp.kv_rope8, kDr, 64, CU_TENSOR_MAP_SWIZZLE_64B) != CUDA_SUCCESS)
+    return cudaErrorInvalidValue;
+  cached = *maps;
+  last = Key{qp.kv_lat8, qp.kv_rope8, rows};
   return cudaSuccess;
 }
 
@@ -1183,6 +1225,20 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
     constexpr int kV = kVar & 31;
     if ((err = OptInSharedMemory(mla_small_gh<kBf16, kFmt, kNc, kNp, kV>, kSmSmemBytes, ready)) != cudaSuccess) return err;
     mla_small_gh<kBf16, kFmt, kNc, kNp, kV><<<grid, 128 * (kNc + kNp), kSmSmemBytes, stream>>>(p, s, qp);
+  } else if constexpr (kMode == kSmallQ8) {
+    static_assert(kFmt == kFmtFp8, "mla_small_q8 reads fp8 pages");
+    // TMA where a tile is 64 consecutive pool rows (P % 64 == 0; kVar bit 7 forces cp.async), else cp.async.
+    Q8Maps maps{};
+    const bool tma = p.P % kTokTile == 0 && !(kVar & 128);
+    if (tma && (err = EncodeQ8Maps(p, qp, &maps)) != cudaSuccess) return err;
+    static std::atomic<uint64_t> ready_tma{0};
+    if (tma) {
+      if ((err = OptInSharedMemory(mla_small_q8<kBf16, true, kVar & 127>, kQ8SmemBytes, ready_tma)) != cudaSuccess) return err;
+      mla_small_q8<kBf16, true, kVar & 127><<<grid, 384, kQ8SmemBytes, stream>>>(p, s, qp, maps);
+    } else {
+      if ((err = OptInSharedMemory(mla_small_q8<kBf16, false, kVar & 127>, kQ8SmemBytes, ready)) != cudaSuccess) return err;
+      mla_small_q8<kBf16, false, kVar & 127><<<grid, 384, kQ8SmemBytes, stream>>>(p, s, qp, maps);
+    }
   } else if constexpr (kMode == kSeesaw) {
     static_assert(kFmt == kFmtNative, "the seesaw kernel reads 16-bit pages");
     constexpr int kV = kVar & 7;
@@ -1226,7 +1282,7 @@ int MainParts(const Params& p, int num_sms, int mtiles, bool seesaw, int kvar = 
 }
 
 // Native pages: HELIX_MLA_DECODE_KERNEL picks auto (small | seesaw by G*H) | seesaw | wgmma | mma. Quantized pages:
-// HELIX_MLA_DECODE_DEQUANT picks auto (small-G*H with producer dequantization | pipe by G*H) | pipe | tile | fp8qk.
+// HELIX_MLA_DECODE_DEQUANT picks auto (small8 for fp8 / small for nvfp4 | pipe by G*H) | small | pipe | tile | fp8qk.
 template <bool kBf16, int kFmt = kFmtNative>
 ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms, uint16_t* o, float* lse,
                   const QParams& qp = QParams{}) {
@@ -1236,7 +1292,7 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
         "helix_mla_decode: HELIX_MLA_DECODE_LOAD must be auto, cpasync, tma_evict_first, tma or tma_multicast");
   if (mode < 0)
     return ffi::Error::InvalidArgument(kFmt == kFmtNative ? "helix_mla_decode: HELIX_MLA_DECODE_KERNEL must be auto, small, seesaw, wgmma or mma"
-                                                          : "helix_mla_decode: HELIX_MLA_DECODE_DEQUANT must be auto, small, pipe, tile or fp8qk");
+                                                          : "helix_mla_decode: HELIX_MLA_DECODE_DEQUANT must be auto, small8, small, pipe, tile or fp8qk");
   Params p = base;
   const int mtiles = (p.GH + kRowsTile - 1) / kRowsTile;
   const bool seesaw = kFmt == kFmtNative && (mode == kSeesaw || (mode == kSmallGh && p.GH > kSmRows));
@@ -1250,11 +1306,13 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
   // schedule's scratch when B > kSchedMaxB.
   LaunchSchedule(p.bounds, p.B, p.G, p.cap, num_parts, s, reinterpret_cast<int*>(p.lse_part), stream);
   HELIX_CUDA_CHECK(cudaGetLastError());
-  if (kFmt != kFmtNative && mode == kSmallGh && p.GH <= kSmRows) {
+  if (kFmt == kFmtFp8 && mode == kSmallQ8 && p.GH <= kSmRows) {
+    if constexpr (kFmt == kFmtFp8) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ8, kFmt>(p, s, num_parts, mtiles, stream, qp)));
+  } else if (kFmt != kFmtNative && (mode == kSmallGh || mode == kSmallQ8) && p.GH <= kSmRows) {
     HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallGh, kFmt>(p, s, num_parts, mtiles, stream, qp)));
   } else if constexpr (kFmt == kFmtFp8) {
     if (mode == kWgmmaFp8Qk) HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmmaFp8Qk, kFmt>(p, s, num_parts, mtiles, stream, qp)));
-    else if (mode == kWgmmaPipe || mode == kSmallGh) HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmmaPipe, kFmt>(p, s, num_parts, mtiles, stream, qp)));
+    else if (mode == kWgmmaPipe || mode == kSmallGh || mode == kSmallQ8) HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmmaPipe, kFmt>(p, s, num_parts, mtiles, stream, qp)));
     else HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmma, kFmt>(p, s, num_parts, mtiles, stream, qp)));
   } else if constexpr (kFmt != kFmtNative) {  // nvfp4: fp8qk is not available, runs pipe (so do small/auto past 16 rows)
     if (mode != kWgmma) HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmmaPipe, kFmt>(p, s, num_parts, mtiles, stream, qp)));

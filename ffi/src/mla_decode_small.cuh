@@ -1,4 +1,4 @@
-// Split-KV kernel for G*H <= 16 query rows (HELIX_MLA_DECODE_KERNEL=auto|small, HELIX_MLA_DECODE_DEQUANT=auto|small).
+// Split-KV kernel for G*H <= 16 query rows (HELIX_MLA_DECODE_KERNEL=auto|small; quantized pages: nvfp4 by default, fp8 with HELIX_MLA_DECODE_DEQUANT=small).
 // Included by mla_decode_cuda.cu after mla_decode_seesaw.cuh (reuses its mbarrier helpers and the SsBars layout).
 //
 // With few query rows a 64-row tile is 3/4 padding, so the math runs transposed with the 64 tokens of a KV
