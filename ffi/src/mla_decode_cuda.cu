@@ -154,11 +154,18 @@ __device__ inline long long BlockExclusiveScan(long long v, long long* ws, long 
   return before;
 }
 
+// Programmatic dependent launch (sm_90): the main and combine kernels are launched so they may start while
+// the kernel before them in the stream still runs (their launch and prologue overlap it); each waits with
+// GridDepWait() before reading what that kernel wrote (the schedule, the partials). No-ops without PDL.
+__device__ __forceinline__ void GridDepWait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void GridDepLaunch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+
 // The schedule on the device, one block: sequences' tile counts and cost offsets by two block scans, each
 // thread writing the segments of its own few sequences (the single-thread walk took 24-36 us at B = 64 on
 // the H200, ~2 % of a call). B > kSchedMaxB: the serial form on one thread (scratch: the lse workspace).
 __global__ void __launch_bounds__(kSchedThreads) mla_schedule(const int* __restrict__ bounds, int B, int G, int cap,
                                                               int num_parts, Sched s, int* scratch) {
+  GridDepLaunch();  // the main kernel may launch now; it waits for this grid before reading the schedule
   if (B > kSchedMaxB) {
     if (threadIdx.x == 0) BuildSchedule(bounds, B, G, cap, num_parts, s, scratch);
     return;
@@ -217,6 +224,39 @@ __global__ void __launch_bounds__(kSchedThreads) mla_schedule(const int* __restr
   for (int q = t; q < num_parts; q += kSchedThreads) s.part[q] = make_int2(px[q], px[q + 1]);
 }
 
+// Programmatic dependent launch of the main and combine kernels (HELIX_MLA_DECODE_PDL=0 turns it off), read once.
+inline bool PdlFromEnv() {
+  static const bool on = [] {
+    const char* v = std::getenv("HELIX_MLA_DECODE_PDL");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+// cudaLaunchKernelEx with the programmatic-stream-serialization attribute where PdlFromEnv(), plus `extra`
+// (the seesaw's cluster dimension) when given.
+template <typename... KArgs, typename... Args>
+cudaError_t LaunchKernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                         const cudaLaunchAttribute* extra, Args... args) {
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  if (extra != nullptr) attr[n++] = *extra;
+  if (PdlFromEnv()) {
+    attr[n] = cudaLaunchAttribute{};
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = n;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
 // Launches the schedule (scratch: B + kMaxParts ints of workspace, used for B > kSchedMaxB only).
 inline void LaunchSchedule(const int* bounds, int B, int G, int cap, int num_parts, Sched s, int* scratch,
                            cudaStream_t stream) {
@@ -227,6 +267,7 @@ inline void LaunchSchedule(const int* bounds, int B, int G, int cap, int num_par
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
+
 
 __device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool valid) {
   const int n = valid ? 16 : 0;  // 0 bytes read -> zero fill
@@ -618,6 +659,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s, Q
   const int rg = warp & 3;   // rows 16*rg .. 16*rg+15 of the tile
   const int half = warp >> 2;  // QK^T: tokens 32*half..; PV: output columns 256*half..
   const int row0 = blockIdx.y * kRowsTile;
+  GridDepWait();  // the schedule
   const int2 range = s.part[blockIdx.x];
   const int lr0 = rg * 16 + lane / 4, lr1 = lr0 + 8;  // this thread's two tile rows
 
@@ -888,6 +930,7 @@ namespace {
 template <bool kBf16>
 __global__ void __launch_bounds__(128) mla_combine(const float* __restrict__ o_part, const float* __restrict__ lse_part,
                                                     Sched s, int GH, uint16_t* __restrict__ o, float* __restrict__ lse) {
+  GridDepWait();  // the main kernel's partials
   const int b = blockIdx.x / GH, row = blockIdx.x % GH;
   const int2 bs = s.batch[b];
   float m = -INFINITY;
@@ -923,6 +966,7 @@ __global__ void __launch_bounds__(32 * kCombWarps) mla_combine_wide(const float*
                                                                     uint16_t* __restrict__ o, float* __restrict__ lse) {
   __shared__ float4 red[kCombWarps][32];
   __shared__ float red_sum[kCombWarps];
+  GridDepWait();  // the main kernel's partials
   const int b = blockIdx.x / GH, row = blockIdx.x % GH;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int2 bs = s.batch[b];
@@ -971,10 +1015,11 @@ template <bool kBf16>
 void LaunchCombine(const Params& p, const Sched& s, int num_parts, uint16_t* o, float* lse, cudaStream_t stream,
                    int wide = -1) {
   if (wide < 0 ? CombineWide(p.B, num_parts) : wide)
-    mla_combine_wide<kBf16><<<dim3((unsigned)(p.B * p.GH), 4), 32 * kCombWarps, 0, stream>>>(p.o_part, p.lse_part, s, p.GH,
-                                                                                          o, lse);
+    (void)LaunchKernel(mla_combine_wide<kBf16>, dim3((unsigned)(p.B * p.GH), 4), dim3(32 * kCombWarps), 0, stream, nullptr,
+                       (const float*)p.o_part, (const float*)p.lse_part, s, p.GH, o, lse);
   else
-    mla_combine<kBf16><<<(unsigned)(p.B * p.GH), 128, 0, stream>>>(p.o_part, p.lse_part, s, p.GH, o, lse);
+    (void)LaunchKernel(mla_combine<kBf16>, dim3((unsigned)(p.B * p.GH)), dim3(128), 0, stream, nullptr,
+                       (const float*)p.o_part, (const float*)p.lse_part, s, p.GH, o, lse);
 }
 
 #define HELIX_CUDA_CHECK(expr)                                                                      \
@@ -1224,7 +1269,8 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
     constexpr int kNp = kFmt == kFmtNative ? 1 : (kVar & 128) ? 1 : (kVar & 256) ? 2 : SmProducers(kFmt);
     constexpr int kV = kVar & 31;
     if ((err = OptInSharedMemory(mla_small_gh<kBf16, kFmt, kNc, kNp, kV>, kSmSmemBytes, ready)) != cudaSuccess) return err;
-    mla_small_gh<kBf16, kFmt, kNc, kNp, kV><<<grid, 128 * (kNc + kNp), kSmSmemBytes, stream>>>(p, s, qp);
+    if ((err = LaunchKernel(mla_small_gh<kBf16, kFmt, kNc, kNp, kV>, grid, dim3(128 * (kNc + kNp)), kSmSmemBytes, stream,
+                            nullptr, p, s, qp)) != cudaSuccess) return err;
   } else if constexpr (kMode == kSmallQ8) {
     static_assert(kFmt == kFmtFp8, "mla_small_q8 reads fp8 pages");
     // TMA where a tile is 64 consecutive pool rows (P % 64 == 0; kVar bit 7 forces cp.async), else cp.async.
@@ -1234,10 +1280,12 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
     static std::atomic<uint64_t> ready_tma{0};
     if (tma) {
       if ((err = OptInSharedMemory(mla_small_q8<kBf16, true, kVar & 127>, kQ8SmemBytes, ready_tma)) != cudaSuccess) return err;
-      mla_small_q8<kBf16, true, kVar & 127><<<grid, 384, kQ8SmemBytes, stream>>>(p, s, qp, maps);
+      if ((err = LaunchKernel(mla_small_q8<kBf16, true, kVar & 127>, grid, dim3(384), kQ8SmemBytes, stream, nullptr, p, s,
+                              qp, maps)) != cudaSuccess) return err;
     } else {
       if ((err = OptInSharedMemory(mla_small_q8<kBf16, false, kVar & 127>, kQ8SmemBytes, ready)) != cudaSuccess) return err;
-      mla_small_q8<kBf16, false, kVar & 127><<<grid, 384, kQ8SmemBytes, stream>>>(p, s, qp, maps);
+      if ((err = LaunchKernel(mla_small_q8<kBf16, false, kVar & 127>, grid, dim3(384), kQ8SmemBytes, stream, nullptr, p, s,
+                              qp, maps)) != cudaSuccess) return err;
     }
   } else if constexpr (kMode == kSeesaw) {
     static_assert(kFmt == kFmtNative, "the seesaw kernel reads 16-bit pages");
@@ -1255,12 +1303,15 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
       cudaLaunchConfig_t cfg;
       cudaLaunchAttribute attr;
       SeesawPairConfig(&cfg, &attr, grid, stream);
-      return cudaLaunchKernelEx(&cfg, kernels[load], p, s, maps);
+      return LaunchKernel(kernels[load], grid, dim3(kSsThreads), kSsSmemBytes, stream, &attr, p, s, maps);
     }
-    kernels[load]<<<grid, kSsThreads, kSsSmemBytes, stream>>>(p, s, maps);
+    if ((err = LaunchKernel(kernels[load], grid, dim3(kSsThreads), kSsSmemBytes, stream, nullptr, p, s, maps)) != cudaSuccess)
+      return err;
   } else {
     if ((err = OptInSharedMemory(mla_split_kv<kBf16, kMode, kFmt>, kSmemBytes, ready)) != cudaSuccess) return err;
-    mla_split_kv<kBf16, kMode, kFmt><<<grid, kThreads, kSmemBytes, stream>>>(p, s, qp);
+    if ((err = LaunchKernel(mla_split_kv<kBf16, kMode, kFmt>, grid, dim3(kThreads), kSmemBytes, stream, nullptr, p, s, qp)) !=
+        cudaSuccess)
+      return err;
   }
   return cudaGetLastError();
 }

@@ -216,6 +216,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
   const uint32_t peer = kMc ? ClusterRank() ^ 1u : 0u;
 
   const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);  // warp-uniform for ptxas (wgmma in branches)
+  GridDepWait();  // the schedule (programmatic dependent launch)
   const int2 range = s.part[blockIdx.x];
   const int row0 = blockIdx.y * kRowsTile;
 

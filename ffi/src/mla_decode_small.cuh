@@ -256,6 +256,7 @@ __global__ void __launch_bounds__(128 * (kNc + kNp), 1) mla_small_gh(Params p, S
   __syncthreads();
 
   const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
+  GridDepWait();  // the schedule (programmatic dependent launch)
   const int2 range = s.part[blockIdx.x];
 
   if (wg >= kNc && kFmt != kFmtNative) {

@@ -168,6 +168,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParam
   __syncthreads();
 
   const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
+  GridDepWait();  // the schedule (programmatic dependent launch)
   const int2 range = s.part[blockIdx.x];
 
   if (wg == 2) {
@@ -354,7 +355,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParam
         if (lane == 0) MbarArrive(&bars->empty[buf]);
         continue;
       }
-      // S^T = K [Q_hi; Q_lo]^T: 9 blocks x 2 k-steps of m64n32k32 E4M3; columns 16.. hold the lo term.
+      // S^T = K [Q_hi; Q_lo]^T: 4 latent blocks x 4 k-steps + rope x 2 of m64n32k32 E4M3; columns 16.. hold the lo term.
       float s2[4][4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) s2[i][0] = s2[i][1] = s2[i][2] = s2[i][3] = 0.f;
