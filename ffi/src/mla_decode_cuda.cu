@@ -1107,10 +1107,8 @@ int LoadModeFromEnv() {
   return mode;
 }
 
-// Encodes the seesaw kernel's two KV-pool tensor maps (see SsMaps). cuTensorMapEncodeTiled is a host-only
-// driver call reached through the runtime's entry point (no libcuda link); a one-entry cache per thread
-// skips it when the pool is the one of the previous call (the usual case in a decode loop).
-cudaError_t EncodeKvMaps(const Params& p, SsMaps* maps) {
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no libcuda link), looked up once; null if absent.
+PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
   static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult q{};
@@ -1119,68 +1117,68 @@ cudaError_t EncodeKvMaps(const Params& p, SsMaps* maps) {
       fn = nullptr;
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
-  if (encode == nullptr) return cudaErrorSymbolNotFound;
+  return encode;
+}
+
+// A per-thread one-entry cache of a pool's two tensor maps, keyed by the pool pointers and row count (a
+// decode loop calls with the same pool every step); `build` encodes them on a miss. One cache per call site.
+template <typename Maps, typename Build>
+cudaError_t CachedPoolMaps(const void* lat, const void* rope, long long rows, Maps* maps, Build build) {
   struct Key {
     const void *lat, *rope;
     long long rows;
   };
   thread_local Key last{nullptr, nullptr, -1};
-  thread_local SsMaps cached;
-  const long long rows = (long long)p.N * p.P;
-  if (last.lat == p.c_lat && last.rope == p.k_rope && last.rows == rows) {
+  thread_local Maps cached;
+  if (last.lat == lat && last.rope == rope && last.rows == rows) {
     *maps = cached;
     return cudaSuccess;
   }
-  const cuuint32_t box[2] = {64, 64}, estride[2] = {1, 1};
-  auto one = [&](CUtensorMap* m, const void* base, int width) {
-    const cuuint64_t dims[2] = {(cuuint64_t)width, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)width * 2};
-    // 2-byte elements; TMA copies bytes, so the bf16 map serves f16 pools as well.
-    return encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box, estride,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  };
-  if (one(&maps->lat, p.c_lat, kDl) != CUDA_SUCCESS || one(&maps->rope, p.k_rope, kDr) != CUDA_SUCCESS)
-    return cudaErrorInvalidValue;
+  const cudaError_t err = build(maps);
+  if (err != cudaSuccess) return err;
   cached = *maps;
-  last = Key{p.c_lat, p.k_rope, rows};
+  last = Key{lat, rope, rows};
   return cudaSuccess;
 }
 
-// The fp8 pool's tensor maps for mla_small_q8 (see Q8Maps), cached like EncodeKvMaps.
-cudaError_t EncodeQ8Maps(const Params& p, const QParams& qp, Q8Maps* maps) {
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      fn = nullptr;
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
+// Encodes the seesaw kernel's two KV-pool tensor maps (see SsMaps). cuTensorMapEncodeTiled is a host-only
+// driver call reached through the runtime's entry point (no libcuda link).
+cudaError_t EncodeKvMaps(const Params& p, SsMaps* maps) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = TensorMapEncoder();
   if (encode == nullptr) return cudaErrorSymbolNotFound;
-  struct Key {
-    const void *lat, *rope;
-    long long rows;
-  };
-  thread_local Key last{nullptr, nullptr, -1};
-  thread_local Q8Maps cached;
   const long long rows = (long long)p.N * p.P;
-  if (last.lat == qp.kv_lat8 && last.rope == qp.kv_rope8 && last.rows == rows) {
-    *maps = cached;
-    return cudaSuccess;
-  }
-  const cuuint32_t estride[2] = {1, 1};
-  auto one = [&](CUtensorMap* m, const void* base, int width, int box_w, CUtensorMapSwizzle swz) {
-    const cuuint64_t dims[2] = {(cuuint64_t)width, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)width};
-    const cuuint32_t box[2] = {(cuuint32_t)box_w, 64};
-    return encode(m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, estride,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, swz, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  };
-  if (one(&maps->lat, qp.kv_lat8, kDl, 128, CU_TENSOR_MAP_SWIZZLE_128B) != CUDA_SUCCESS ||
-      one(&maps->rope, qp.kv_rope8, kDr, 64, CU_TENSOR_MAP_SWIZZLE_64B) != CUDA_SUCCESS)
-    return cudaErrorInvalidValue;
-  cached = *maps;
-  last = Key{qp.kv_lat8, qp.kv_rope8, rows};
-  return cudaSuccess;
+  return CachedPoolMaps(p.c_lat, p.k_rope, rows, maps, [&](SsMaps* m) {
+    const cuuint32_t box[2] = {64, 64}, estride[2] = {1, 1};
+    auto one = [&](CUtensorMap* t, const void* base, int width) {
+      const cuuint64_t dims[2] = {(cuuint64_t)width, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)width * 2};
+      // 2-byte elements; TMA copies bytes, so the bf16 map serves f16 pools as well.
+      return encode(t, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box, estride,
+                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    };
+    return one(&m->lat, p.c_lat, kDl) != CUDA_SUCCESS || one(&m->rope, p.k_rope, kDr) != CUDA_SUCCESS
+               ? cudaErrorInvalidValue : cudaSuccess;
+  });
+}
+
+// The fp8 pool's tensor maps for mla_small_q8 (see Q8Maps): bytes, latent box 128 B x 64 with the 128-byte
+// swizzle, rope box 64 B x 64 with the 64-byte swizzle.
+cudaError_t EncodeQ8Maps(const Params& p, const QParams& qp, Q8Maps* maps) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = TensorMapEncoder();
+  if (encode == nullptr) return cudaErrorSymbolNotFound;
+  const long long rows = (long long)p.N * p.P;
+  return CachedPoolMaps(qp.kv_lat8, qp.kv_rope8, rows, maps, [&](Q8Maps* m) {
+    const cuuint32_t estride[2] = {1, 1};
+    auto one = [&](CUtensorMap* t, const void* base, int width, int box_w, CUtensorMapSwizzle swz) {
+      const cuuint64_t dims[2] = {(cuuint64_t)width, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)width};
+      const cuuint32_t box[2] = {(cuuint32_t)box_w, 64};
+      return encode(t, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, estride,
+                    CU_TENSOR_MAP_INTERLEAVE_NONE, swz, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    };
+    return one(&m->lat, qp.kv_lat8, kDl, 128, CU_TENSOR_MAP_SWIZZLE_128B) != CUDA_SUCCESS ||
+                   one(&m->rope, qp.kv_rope8, kDr, 64, CU_TENSOR_MAP_SWIZZLE_64B) != CUDA_SUCCESS
+               ? cudaErrorInvalidValue : cudaSuccess;
+  });
 }
 
 // The >48 KB shared-memory opt-in of `kernel` is per device: set it once for each device this process
