@@ -171,6 +171,13 @@ def test_pallas_interpret_random(rng):
     check(case, *run(case, "pallas"))
 
 
+def test_pallas_interpret_pages_above_64_tokens(rng):
+    """P=128: the kernel walks each page in two 64-token chunks (NaN past every bound stays unread)."""
+    bounds = np.array([[0, 63, 64], [129, 191, 256], [200, 128, 65]], np.int32)
+    case = make_case(rng, bounds=bounds, H=2, P=128, npp=2)
+    check(case, *run(case, "pallas"))
+
+
 def test_ffi_scale_attribute_reaches_kernel(rng):
     """A different softmax_scale must change the result exactly as the oracle says (attribute wiring)."""
     case = make_case(rng, bounds=[[20, 21]], H=2, P=16, npp=2)

@@ -124,6 +124,16 @@ def test_cpu_backend_vs_float64_oracle(fmt, implementation, rng):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
+def test_pallas_cpu_pages_above_64_tokens(fmt, rng):
+    """P=128: the Pallas kernels walk a page in two 64-token chunks; bounds inside either chunk, on the chunk
+    and page edges, and a zero-bound row."""
+    bounds = [[0, 63, 64], [129, 191, 256], [200, 128, 65]]
+    case = make_case(fmt, rng, bounds=bounds, H=2, P=128, npp=2)
+    o, lse = run(case, "pallas")
+    check(case, o, lse, tol_o=2e-6, tol_lse=1e-5)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_ffi_cpu_bf16_queries(fmt, rng):
     case = make_case(fmt, rng, bounds=[[3, 17], [1, 0]], H=3, P=8, npp=3, qdtype=jnp.bfloat16)
     o, lse = run(case, "ffi")
@@ -182,8 +192,9 @@ def test_ffi_quantized_cuda_lowering_emits_custom_call(fmt, rng):
     assert "softmax_scale = 1.250000e-01 : f32" in lines[0]
 
 
+@pytest.mark.parametrize("P", [64, 128])
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_pallas_quantized_lowers_to_triton_for_h200(fmt, rng, monkeypatch):
+def test_pallas_quantized_lowers_to_triton_for_h200(fmt, P, rng, monkeypatch):
     """The Triton lowering of the quantized Pallas kernel (not interpret mode) succeeds from this CPU host
     for an H200 target: catches ops Triton cannot lower (e.g. an int fill splatted into float8)."""
     from jax._src.pallas.triton import gpu_info
@@ -191,7 +202,7 @@ def test_pallas_quantized_lowers_to_triton_for_h200(fmt, rng, monkeypatch):
     h200 = gpu_info.get_gpu_info_from_version(gpu_info.GpuVersion.H200)
     monkeypatch.setattr(gpu_info, "get_gpu_info", lambda: h200)
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")       # selects the Triton path
-    case = make_case(fmt, rng, bounds=[[64, 65]], H=16, P=64, npp=2, qdtype=jnp.bfloat16)
+    case = make_case(fmt, rng, bounds=[[64, P + 1]], H=16, P=P, npp=2, qdtype=jnp.bfloat16)
 
     def f(ql, qr, pages, pt, bd):
         return pallas_backend.mla_decode_quantized(ql, qr, pages, pt, bd, 0.1)
@@ -224,8 +235,9 @@ GPU_CASES = [
     (5, 2, 5, 16, [1000, 64, 0, 65, 4097]),
 ]
 # FFI only: mla_small_q8's TMA loads inside a 128-token page (a tile at page offset 0 or 64). The Pallas
-# kernel's fp8 program at P=128 asks Triton for 280 KB of shared memory (> 227 KB; RESOURCE_EXHAUSTED on the
-# H200, session 8): a known limit of that backend, noted in benchmarks/NOTES.md.
+# kernel's fp8 program at P=128 asked Triton for 280 KB of shared memory (> 227 KB; RESOURCE_EXHAUSTED on the
+# H200, session 8); it now walks such pages in 64-token chunks (CPU-tested, lowers for the H200, not yet run
+# on a GPU): move this case back to GPU_CASES once it passes there.
 GPU_CASES_FFI_ONLY = [
     (3, 4, 4, 128, [4097, 65, 2]),
 ]

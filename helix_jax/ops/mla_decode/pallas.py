@@ -4,7 +4,8 @@ One program per (sequence, 2^k-row tile of the folded G*H query rows); it walks 
 up to its longest bound with an online softmax. Triton needs power-of-2 block sizes, so the 576-wide
 key is two operands (512 latent + 64 rope) and the page size must be a power of 2 (>= 16 on GPU, where
 ``jnp.dot`` needs K >= 16). Only pages in the table and only slots below the sequence's longest bound
-are loaded (masked loads, zero elsewhere). No split-KV: a simple portable baseline, not the fast path.
+are loaded (masked loads, zero elsewhere); pages above 64 tokens are walked in 64-token chunks (shared
+memory). No split-KV: a simple portable baseline, not the fast path.
 
 Quantized pages (``mla_decode_quantized``): FP8Pages and NVFP4Pages are loaded as stored (codes and
 block scales) and dequantized per page inside the kernel; nvfp4 computes S and PV on the even / odd
@@ -44,6 +45,25 @@ def _load(ref, mask, interpret):
     return plt.load(ref, mask=mask, other=0)
 
 
+def _chunking(page):
+    """Tokens per loop step and steps per page: pages above 64 tokens are walked in 64-token chunks (a whole
+    128-token fp8 page asked Triton for 280 KB of shared memory on the H200, over the 227 KB limit)."""
+    sub = min(page, 64)
+    return sub, page // sub
+
+
+def _page_of_step(j, per):
+    """Page-table column of step j (lax.div: j >= 0, and jnp's floor division does not lower to Triton)."""
+    return j if per == 1 else jax.lax.div(j, per)
+
+
+def _chunk(ref, pid, j, sub, per):
+    """Step j's rows of page pid: the whole page, or chunk j mod per of it."""
+    if per == 1:
+        return ref.at[pid]
+    return ref.at[pid, pl.ds(jax.lax.rem(j, per) * sub, sub)]
+
+
 def _kernel(lens_ref, pt_ref, rb_ref, ql_ref, qr_ref, cl_ref, kr_ref, o_ref, lse_ref, *, page, n_pages, scale,
             interpret):
     b = pl.program_id(0)
@@ -54,13 +74,15 @@ def _kernel(lens_ref, pt_ref, rb_ref, ql_ref, qr_ref, cl_ref, kr_ref, o_ref, lse
     bm = ql.shape[0]
     f32 = jnp.float32
 
+    sub, per = _chunking(page)
+
     def body(j, carry):
         m, l, acc = carry
-        pid = jnp.clip(pt_ref[b, j], 0, n_pages - 1)
-        tok = j * page + jax.lax.broadcasted_iota(jnp.int32, (page,), 0)
+        pid = jnp.clip(pt_ref[b, _page_of_step(j, per)], 0, n_pages - 1)
+        tok = j * sub + jax.lax.broadcasted_iota(jnp.int32, (sub,), 0)
         valid = tok < n
-        kl = _load(cl_ref.at[pid], valid[:, None], interpret)   # [P, 512]
-        kr = _load(kr_ref.at[pid], valid[:, None], interpret)   # [P, 64]
+        kl = _load(_chunk(cl_ref, pid, j, sub, per), valid[:, None], interpret)   # [sub, 512]
+        kr = _load(_chunk(kr_ref, pid, j, sub, per), valid[:, None], interpret)   # [sub, 64]
         kl = jnp.where(valid[:, None], kl, 0).astype(ql.dtype)
         kr = jnp.where(valid[:, None], kr, 0).astype(ql.dtype)
         s = (jnp.dot(ql, kl.T, preferred_element_type=f32) + jnp.dot(qr, kr.T, preferred_element_type=f32)) * scale
@@ -74,7 +96,7 @@ def _kernel(lens_ref, pt_ref, rb_ref, ql_ref, qr_ref, cl_ref, kr_ref, o_ref, lse
         return m_new, l, acc
 
     init = (jnp.full((bm,), -jnp.inf, f32), jnp.zeros((bm,), f32), jnp.zeros((bm, DL), f32))
-    m, l, acc = jax.lax.fori_loop(0, (n + page - 1) // page, body, init)
+    m, l, acc = jax.lax.fori_loop(0, (n + sub - 1) // sub, body, init)
     live = l > 0
     o_ref[...] = jnp.where(live[:, None], acc / jnp.where(live, l, 1.0)[:, None], 0.0).astype(o_ref.dtype)
     lse_ref[...] = jnp.where(live, m + jnp.log(jnp.where(live, l, 1.0)), -jnp.inf)
@@ -191,26 +213,29 @@ def _quant_kernel(lens_ref, pt_ref, rb_ref, inv_ref, *refs, fmt, page, n_pages, 
     lse_ref, o_refs = outs[-1], outs[:-1]
     bm, dt = qs[0].shape[0], qs[0].dtype
 
-    def rows(pid, valid):
+    sub, per = _chunking(page)
+
+    def rows(pid, j, valid):
         """The page's KV parts without the per-tensor factor, matching ``qs`` (latent parts first); zero past
         the bound. An E4M3 code and an E2M1 value times its E4M3 block scale are exact in bf16/f16, so the
         MXU operands carry no rounding; ``inv`` = fl32(1/scale) multiplies the logits and the output
         instead (rounding ``code * inv`` to 16 bits per element cost 3e-2 in lse at L = 64K on the H200)."""
         ld = functools.partial(_load_raw, mask=valid[:, None], interpret=interpret)
+        at = functools.partial(_chunk, pid=pid, j=j, sub=sub, per=per)
         if fmt == "fp8_e4m3":
-            parts = [ld(cl_ref.at[pid]).astype(f32), ld(kr_ref.at[pid]).astype(f32)]
+            parts = [ld(at(cl_ref)).astype(f32), ld(at(kr_ref)).astype(f32)]
         else:
-            parts = [*_nvfp4_halves(ld(cl_ref.at[pid]), ld(csf_ref.at[pid]), 1.0),
-                     *_nvfp4_halves(ld(kr_ref.at[pid]), ld(ksf_ref.at[pid]), 1.0)]
+            parts = [*_nvfp4_halves(ld(at(cl_ref)), ld(at(csf_ref)), 1.0),
+                     *_nvfp4_halves(ld(at(kr_ref)), ld(at(ksf_ref)), 1.0)]
         return [jnp.where(valid[:, None], x, 0.0).astype(dt) for x in parts]
 
     n_lat = len(o_refs)   # latent parts = output parts (fp8: 1, nvfp4: 2)
 
     def body(j, carry):
         m, l, accs = carry
-        pid = jnp.clip(pt_ref[b, j], 0, n_pages - 1)
-        tok = j * page + jax.lax.broadcasted_iota(jnp.int32, (page,), 0)
-        kv = rows(pid, tok < n)
+        pid = jnp.clip(pt_ref[b, _page_of_step(j, per)], 0, n_pages - 1)
+        tok = j * sub + jax.lax.broadcasted_iota(jnp.int32, (sub,), 0)
+        kv = rows(pid, j, tok < n)
         s = sum(jnp.dot(q, k.T, preferred_element_type=f32) for q, k in zip(qs, kv)) * (scale * inv)
         s = jnp.where(tok[None, :] < rb[:, None], s, -jnp.inf)
         m_new = jnp.maximum(m, jnp.max(s, axis=1))
@@ -224,7 +249,7 @@ def _quant_kernel(lens_ref, pt_ref, rb_ref, inv_ref, *refs, fmt, page, n_pages, 
 
     init = (jnp.full((bm,), -jnp.inf, f32), jnp.zeros((bm,), f32),
             tuple(jnp.zeros((bm, r.shape[-1]), f32) for r in o_refs))
-    m, l, accs = jax.lax.fori_loop(0, (n + page - 1) // page, body, init)
+    m, l, accs = jax.lax.fori_loop(0, (n + sub - 1) // sub, body, init)
     live = l > 0
     for r, a in zip(o_refs, accs):
         r[...] = jnp.where(live[:, None], (a / jnp.where(live, l, 1.0)[:, None]) * inv, 0.0).astype(r.dtype)
