@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # One device call: load (or build) the FFI library, gpu-marked contract tests, compute-sanitizer
 # memcheck + racecheck on a small case, then the benchmark. Logs go to ${OUT:-/tmp/out}.
-# Usage: bash benchmarks/mla_decode_gpu_check.sh [standalone] [tests] [formats] [sanitize] [trace] [repeat]
+# Usage: bash benchmarks/mla_decode_gpu_check.sh [standalone] [tests] [formats] [sanitize] [trace] [q8] [repeat]
 #                                                 [bench ARGS...]
 #   formats: gpu-marked FP8/NVFP4 page tests (tests/test_mla_decode_formats.py)
 #   trace: the seesaw kernel's timeline (standalone driver built with -DHELIX_SS_TRACE, then its load-path
 #          timings; benchmarks/NOTES.md, session 6)
 #   repeat: every GPU contract case 3x per seesaw load path, vs the oracle and bitwise (races)
+#   q8: the fp8 small-G*H kernel (mla_small_q8): standalone checks + timings/probes, then the three sanitizers
+#       on its checks (benchmarks/NOTES.md, session 8)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
@@ -51,6 +53,15 @@ while [ $# -gt 0 ]; do
         benchmarks/mla_decode_standalone.cu -o /tmp/mla_standalone_trace &&
         timeout 240 /tmp/mla_standalone_trace load > "$OUT/trace.log" 2>&1
       echo "== trace rc=$?"; grep -E "passing|^trace|^tile|^ *[0-9]+ |^load" "$OUT/trace.log" ;;
+    q8) shift
+      bin=/tmp/mla_standalone_q8
+      nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --use_fast_math -diag-suppress 940,2473,128 -Xcompiler -Wno-return-type \
+        -I"$(python3 -c 'import jax.ffi; print(jax.ffi.include_dir())')" -Iffi/src benchmarks/mla_decode_standalone.cu -o $bin &&
+        timeout 150 $bin q8 2>&1 | tee "$OUT/q8.log" | grep -E "^q8"
+      for tool in memcheck synccheck racecheck; do
+        timeout 120 compute-sanitizer --tool $tool $bin q8 999 > "$OUT/q8_$tool.log" 2>&1
+        echo "== q8 $tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/q8_$tool.log"
+      done ;;
     repeat) shift
       for ld in tma_evict_first cpasync tma tma_multicast; do
         HELIX_MLA_DECODE_LOAD=$ld timeout 150 python3 benchmarks/mla_decode_repeat.py --runs 3 --seconds 20 > "$OUT/repeat_$ld.log" 2>&1
