@@ -1,12 +1,14 @@
 // FP8 pages, G*H <= 16 query rows (HELIX_MLA_DECODE_DEQUANT=auto|small8, the default): the raw E4M3 tile feeds the tensor
 // cores without a 16-bit copy. Included by mla_decode_cuda.cu after mla_decode_small.cuh (reuses its Q
-// loader, softmax exchange and the two-consumer merge).
+// loader and softmax exchange; the two-consumer merge repeats its code: shared helpers are on branch
+// wip/small-merge-helpers, not yet run on a GPU).
 //
 // Why: at N = 16 query rows a wgmma reading A (64 x 16 x 2 B) from shared memory is bound by shared-memory
 // bandwidth (2 KB per 8 tensor cycles against 128 B/clk), and the producer-dequantizing kernel of
 // mla_decode_small.cuh also writes every tile as 16-bit values (72 KB) and reads it twice (S and PV): its
 // consumers' math alone took 0.57 ms at B=64, H=16, G=1, L=64K where fp8's 1.8x needs 0.61 ms in all.
-// Here, per 64-token tile (36 KB raw, 64-byte-swizzle K-major blocks as in kWgmmaFp8Qk):
+// Here, per 64-token tile (36 KB raw, K-major: 4 latent blocks [64 x 128 B] with the 128-byte swizzle, rope
+// [64 x 64 B] with the 64-byte swizzle; see Q8Off):
 //   S^T[64 tok, 16 rows] = K Q^T on E4M3 tensor cores with Q split in two E4M3 terms per row (Q8FromQ):
 //       18 x m64n32k32 with B = [hi; lo] (32 rows). At N <= 32 these wgmmas are bound by reading A (the K
 //       tile) from shared memory, so the second term costs no time, and it brings Q to ~2^-8 of its row max
