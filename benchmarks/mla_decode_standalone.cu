@@ -366,9 +366,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "q8") == 0) {
-    // fp8 pages through mla_small_q8 (S on E4M3 tensor cores, V^T converted in registers): checks against the
-    // double reference with the queries' per-row fp8 round trip, then timings at H=16, G=1 against the bf16
-    // small kernel and the producer-dequantizing fp8 kernel. "q8 999": checks only.
+    // fp8 pages through mla_small_q8 (S on E4M3 tensor cores with Q as two E4M3 terms, V^T converted in
+    // registers): checks against the double reference of the unquantized queries, then timings at H=16, G=1
+    // against the bf16 small kernel and the producer-dequantizing fp8 kernel. "q8 999": checks only.
     const bool checks_only = argc > 2 && std::atoi(argv[2]) == 999;
     const std::vector<CaseDef> q8_cases = {
         {4, 1, 16, 64, {1000, 0, 77, 130}},
@@ -385,7 +385,7 @@ int main(int argc, char** argv) {
       QParams qp = UploadQuant(qh);
       std::printf("q8 case %zu (B=%d G=%d H=%d P=%d):\n", ci, cd.B, cd.G, cd.H, cd.P);
       all &= RunChecked(c, d, scale, [&] { Run<kSmallQ8, kFmtFp8>(d, qp); });
-      std::printf("  variants 128 (cp.async producer), 64 (one fence per tile):\n");
+      std::printf("  variants 128 (cp.async producer), 64 (one fence per tile), 96 (evict-first TMA + one fence):\n");
       all &= RunChecked(c, d, scale, [&] { Run<kSmallQ8, kFmtFp8, 128>(d, qp); });
       all &= RunChecked(c, d, scale, [&] { Run<kSmallQ8, kFmtFp8, 64>(d, qp); });
       all &= RunChecked(c, d, scale, [&] { Run<kSmallQ8, kFmtFp8, 96>(d, qp); });

@@ -268,7 +268,6 @@ __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-
 __device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool valid) {
   const int n = valid ? 16 : 0;  // 0 bytes read -> zero fill
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(dst)), "l"(src), "r"(n));
@@ -1196,13 +1195,19 @@ cudaError_t OptInSharedMemory(Kernel* kernel, int bytes, std::atomic<uint64_t>& 
   return err;
 }
 
-// Launch configuration of the seesaw kernel in clusters of 1 x 2 x 1 CTAs (kLoad 3); attr is cfg's attribute.
+// The seesaw kernel's clusters of 1 x 2 x 1 CTAs (kLoad 3), as a launch attribute.
+cudaLaunchAttribute SeesawPairAttr() {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = 1;
+  attr.val.clusterDim.y = 2;
+  attr.val.clusterDim.z = 1;
+  return attr;
+}
+
+// Launch configuration of the seesaw kernel in those clusters (the occupancy query's); attr is cfg's attribute.
 void SeesawPairConfig(cudaLaunchConfig_t* cfg, cudaLaunchAttribute* attr, dim3 grid, cudaStream_t stream) {
-  *attr = cudaLaunchAttribute{};
-  attr->id = cudaLaunchAttributeClusterDimension;
-  attr->val.clusterDim.x = 1;
-  attr->val.clusterDim.y = 2;
-  attr->val.clusterDim.z = 1;
+  *attr = SeesawPairAttr();
   *cfg = cudaLaunchConfig_t{};
   cfg->gridDim = grid;
   cfg->blockDim = dim3(kSsThreads);
@@ -1275,16 +1280,13 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
     Q8Maps maps{};
     const bool tma = p.P % kTokTile == 0 && !(kVar & 128);
     if (tma && (err = EncodeQ8Maps(p, qp, &maps)) != cudaSuccess) return err;
-    static std::atomic<uint64_t> ready_tma{0};
-    if (tma) {
-      if ((err = OptInSharedMemory(mla_small_q8<kBf16, true, kVar & 127>, kQ8SmemBytes, ready_tma)) != cudaSuccess) return err;
-      if ((err = LaunchKernel(mla_small_q8<kBf16, true, kVar & 127>, grid, dim3(384), kQ8SmemBytes, stream, nullptr, p, s,
-                              qp, maps)) != cudaSuccess) return err;
-    } else {
-      if ((err = OptInSharedMemory(mla_small_q8<kBf16, false, kVar & 127>, kQ8SmemBytes, ready)) != cudaSuccess) return err;
-      if ((err = LaunchKernel(mla_small_q8<kBf16, false, kVar & 127>, grid, dim3(384), kQ8SmemBytes, stream, nullptr, p, s,
-                              qp, maps)) != cudaSuccess) return err;
-    }
+    auto launch = [&](auto use_tma) {  // one instantiation (and shared-memory opt-in flag) per producer kind
+      constexpr auto kernel = mla_small_q8<kBf16, decltype(use_tma)::value, kVar & 127>;
+      static std::atomic<uint64_t> opted{0};
+      cudaError_t e = OptInSharedMemory(kernel, kQ8SmemBytes, opted);
+      return e != cudaSuccess ? e : LaunchKernel(kernel, grid, dim3(384), kQ8SmemBytes, stream, nullptr, p, s, qp, maps);
+    };
+    if ((err = tma ? launch(std::true_type{}) : launch(std::false_type{})) != cudaSuccess) return err;
   } else if constexpr (kMode == kSeesaw) {
     static_assert(kFmt == kFmtNative, "the seesaw kernel reads 16-bit pages");
     constexpr int kV = kVar & 7;
@@ -1298,9 +1300,7 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
     static std::atomic<uint64_t> ready_by_load[4];
     if ((err = OptInSharedMemory(kernels[load], kSsSmemBytes, ready_by_load[load])) != cudaSuccess) return err;
     if (load == 3) {  // clusters of the two row tiles of a part (the caller sized num_parts: SeesawClusterParts)
-      cudaLaunchConfig_t cfg;
-      cudaLaunchAttribute attr;
-      SeesawPairConfig(&cfg, &attr, grid, stream);
+      const cudaLaunchAttribute attr = SeesawPairAttr();
       return LaunchKernel(kernels[load], grid, dim3(kSsThreads), kSsSmemBytes, stream, &attr, p, s, maps);
     }
     if ((err = LaunchKernel(kernels[load], grid, dim3(kSsThreads), kSsSmemBytes, stream, nullptr, p, s, maps)) != cudaSuccess)

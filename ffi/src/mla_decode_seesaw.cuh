@@ -107,6 +107,10 @@ __device__ __forceinline__ void NamedBarSyncDiv(int id, int n) {
 __device__ __forceinline__ void MbarArriveExpectTx(uint64_t* b, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(SmemAddr(b)), "r"(bytes) : "memory");
 }
+// Brings a tensor map (a __grid_constant__ kernel parameter) into the TMA unit's cache ahead of its first copy.
+__device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
 // One 2-D TMA tensor copy (box of the map) to shared memory, completing `bytes` on bar.
 template <bool kEvictFirst>
 __device__ __forceinline__ void TmaLoad2d(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar, uint64_t pol) {
@@ -234,8 +238,8 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
     if constexpr (kLoad >= 2) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
     if constexpr (kLoad != 0) {
       if (pt == 0) {
-        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&maps.lat)) : "memory");
-        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&maps.rope)) : "memory");
+        PrefetchTensorMap(&maps.lat);
+        PrefetchTensorMap(&maps.rope);
       }
     }
     int k = 0, sc = 0, pown0 = 0, pown1 = 0;  // pown*: owner of the last tile loaded into buffer 0 / 1

@@ -181,8 +181,8 @@ __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParam
     if constexpr ((kVar & 32) != 0) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
     if constexpr (kTma) {
       if (pt == 0) {
-        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&maps.lat)) : "memory");
-        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&maps.rope)) : "memory");
+        PrefetchTensorMap(&maps.lat);
+        PrefetchTensorMap(&maps.rope);
       }
     }
     int k = 0, sc = 0;

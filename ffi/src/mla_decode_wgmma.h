@@ -132,19 +132,8 @@ __device__ __forceinline__ void Wgmma_m64n16_f16(float (&d)[2][4], uint64_t da, 
       : "l"(da), "l"(db), "r"(1), "n"(TRANS_A), "n"(TRANS_B));
 }
 
-// fp8 pages, G*H <= 16 (mla_decode_small_q8.cuh): S^T on E4M3 tensor cores, both operands K-major from shared
-// memory (8-bit types have no transpose), and O^T with A (V^T, converted to f16) from registers.
-__device__ __forceinline__ void Wgmma_m64n16k32_e4m3(float (&d)[2][4], uint64_t da, uint64_t db) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %10, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3])
-      : "l"(da), "l"(db), "r"(1));
-}
-
+// fp8 pages, G*H <= 16 (mla_decode_small_q8.cuh): O^T with A (V^T, converted to f16) from registers; its S^T
+// uses Wgmma_m64n32k32_e4m3 (mla_decode_cuda.cu).
 __device__ __forceinline__ void Wgmma_m64n16_f16_rs(float (&d)[2][4], const uint32_t (&a)[4], uint64_t db) {
   asm volatile(
       "{\n"

@@ -52,9 +52,11 @@ def _chunking(page):
     return sub, page // sub
 
 
-def _page_of_step(j, per):
-    """Page-table column of step j (lax.div: j >= 0, and jnp's floor division does not lower to Triton)."""
-    return j if per == 1 else jax.lax.div(j, per)
+def _step(pt_ref, b, j, sub, per, n_pages):
+    """Step j of sequence b: its pool page (table entry clamped to the pool) and its ``sub`` token positions.
+    lax.div: j >= 0, and jnp's floor division does not lower to Triton."""
+    pid = jnp.clip(pt_ref[b, j if per == 1 else jax.lax.div(j, per)], 0, n_pages - 1)
+    return pid, j * sub + jax.lax.broadcasted_iota(jnp.int32, (sub,), 0)
 
 
 def _chunk(ref, pid, j, sub, per):
@@ -78,8 +80,7 @@ def _kernel(lens_ref, pt_ref, rb_ref, ql_ref, qr_ref, cl_ref, kr_ref, o_ref, lse
 
     def body(j, carry):
         m, l, acc = carry
-        pid = jnp.clip(pt_ref[b, _page_of_step(j, per)], 0, n_pages - 1)
-        tok = j * sub + jax.lax.broadcasted_iota(jnp.int32, (sub,), 0)
+        pid, tok = _step(pt_ref, b, j, sub, per, n_pages)
         valid = tok < n
         kl = _load(_chunk(cl_ref, pid, j, sub, per), valid[:, None], interpret)   # [sub, 512]
         kr = _load(_chunk(kr_ref, pid, j, sub, per), valid[:, None], interpret)   # [sub, 64]
@@ -233,8 +234,7 @@ def _quant_kernel(lens_ref, pt_ref, rb_ref, inv_ref, *refs, fmt, page, n_pages, 
 
     def body(j, carry):
         m, l, accs = carry
-        pid = jnp.clip(pt_ref[b, _page_of_step(j, per)], 0, n_pages - 1)
-        tok = j * sub + jax.lax.broadcasted_iota(jnp.int32, (sub,), 0)
+        pid, tok = _step(pt_ref, b, j, sub, per, n_pages)
         kv = rows(pid, j, tok < n)
         s = sum(jnp.dot(q, k.T, preferred_element_type=f32) for q, k in zip(qs, kv)) * (scale * inv)
         s = jnp.where(tok[None, :] < rb[:, None], s, -jnp.inf)
