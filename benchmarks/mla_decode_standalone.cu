@@ -113,6 +113,37 @@ static void QuantizeQueriesFp8(Case& c) {
   }
 }
 
+// mla_small_q8's queries: two E4M3 terms per row (Q8FromQ): x = q*s_hi (f32), s_hi = 448/amax, hi = RNE_sat(x),
+// lo = RNE_sat((x - hi)*s_lo), s_lo = 448/max|x - hi|; the kernel's value hi*fl32(1/s_hi) + lo*fl32(1/(s_hi*s_lo)).
+// Checking against it is rounding-level (the unquantized-Q accuracy is the GPU format tests' business).
+static void QuantizeQueriesFp8Two(Case& c) {
+  const size_t rows = c.ql.size() / 512;
+  volatile float v448 = 448.f, one = 1.f;
+  std::vector<float> x(576);
+  for (size_t r = 0; r < rows; ++r) {
+    float amax = 0.f;
+    for (int k = 0; k < 576; ++k) {
+      x[k] = k < 512 ? Bf2F(c.ql[r * 512 + k]) : Bf2F(c.qr[r * 64 + k - 512]);
+      amax = std::max(amax, std::fabs(x[k]));
+    }
+    const float s_hi = amax > 0.f ? v448 / amax : 1.f;
+    float rmax = 0.f;
+    std::vector<float> xs(576), hi(576);
+    for (int k = 0; k < 576; ++k) {
+      xs[k] = x[k] * s_hi;
+      hi[k] = HostE4m3(HostToE4m3(xs[k]));
+      rmax = std::max(rmax, std::fabs(xs[k] - hi[k]));
+    }
+    const float s_lo = rmax > 0.f ? v448 / rmax : 1.f;
+    const float f_hi = one / s_hi, f_lo = one / (s_hi * s_lo);
+    for (int k = 0; k < 576; ++k) {
+      const float lo = HostE4m3(HostToE4m3((xs[k] - hi[k]) * s_lo));
+      const float q = (float)((double)hi[k] * f_hi + (double)lo * f_lo);
+      if (k < 512) c.qlf[r * 512 + k] = q; else c.qrf[r * 64 + k - 512] = q;
+    }
+  }
+}
+
 struct QHost {
   int fmt;
   float scale;
@@ -365,6 +396,137 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (argc > 3 && (std::strcmp(argv[1], "q4chk") == 0 || std::strcmp(argv[1], "q8chk") == 0)) {
+    // One variant V (0, 128, 256, 384) of mla_small_q4 / _q8 on the ring-wrapping check case (16 x 8192 tokens), for
+    // the sanitizers: "q4chk V", "q8chk V".
+    const bool q4 = argv[1][1] == '4';
+    const int V = std::atoi(argv[2]);
+    Case c = MakeCase(16, 1, 16, 64, std::vector<int>(16, 8192), 61);
+    QHost qh = MakeQuant(c, q4 ? kFmtNvfp4 : kFmtFp8, 63);
+    if (!q4) QuantizeQueriesFp8Two(c);
+    Dev d = Upload(c, scale);
+    QParams qp = UploadQuant(qh);
+    bool ok = false;
+    auto go = [&](auto v) {
+      constexpr int kV = decltype(v)::value;
+      ok = q4 ? RunChecked(c, d, scale, [&] { Run<kSmallQ4, kFmtNvfp4, kV>(d, qp); })
+              : RunChecked(c, d, scale, [&] { Run<kSmallQ8, kFmtFp8, kV>(d, qp); });
+    };
+    switch (V) {
+      case 0: go(std::integral_constant<int, 0>{}); break;
+      case 128: go(std::integral_constant<int, 128>{}); break;
+      case 256: go(std::integral_constant<int, 256>{}); break;
+      case 384: go(std::integral_constant<int, 384>{}); break;
+      default: std::printf("unknown variant\n"); return 2;
+    }
+    std::printf("%s V=%d: %s\n", argv[1], V, ok ? "PASS" : "FAIL");
+    return ok ? 0 : 1;
+  }
+  if (argc > 4 && std::strcmp(argv[1], "q4one") == 0) {
+    // One whole mla_small_q4 call of variant V (0, 32, 64, 96, 128) at batch B, length L (G=1, H=16), synchronised:
+    // "ok" or the CUDA error (a fault poisons the process: one variant per process).
+    const int V = std::atoi(argv[2]), B = std::atoi(argv[3]), L = std::atoi(argv[4]);
+    Dev d = UploadTiming(B, 1, 16, 64, L, scale);
+    QParams qp = QuantTiming(d, kFmtNvfp4);
+    CK(cudaDeviceSynchronize());
+    switch (V) {
+      case 0: Run<kSmallQ4, kFmtNvfp4, 0>(d, qp); break;
+      case 32: Run<kSmallQ4, kFmtNvfp4, 32>(d, qp); break;
+      case 64: Run<kSmallQ4, kFmtNvfp4, 64>(d, qp); break;
+      case 96: Run<kSmallQ4, kFmtNvfp4, 96>(d, qp); break;
+      case 128: Run<kSmallQ4, kFmtNvfp4, 128>(d, qp); break;
+      default: std::printf("unknown variant\n"); return 2;
+    }
+    const cudaError_t e = cudaDeviceSynchronize();
+    std::printf("q4one V=%d B=%d L=%d: %s\n", V, B, L, e == cudaSuccess ? "ok" : cudaGetErrorString(e));
+    return e == cudaSuccess ? 0 : 1;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "q4") == 0) {
+    // nvfp4 pages through mla_small_q4 (raw E2M1 tiles, both products' A operands decoded in registers): checks
+    // against the double reference (block scales of every pool row past a bound poisoned with NaN), then timings
+    // at H=16, G=1 against the bf16 small kernel and the producer-dequantizing nvfp4 kernel. "q4 999": checks only.
+    const bool checks_only = argc > 2 && std::atoi(argv[2]) == 999;
+    const std::vector<CaseDef> q4_cases = {
+        {4, 1, 16, 64, {1000, 0, 77, 130}},
+        {5, 2, 5, 16, {1, 64, 3000, 129, 191}},
+        {3, 4, 4, 128, {4097, 65, 2}},
+        {2, 1, 1, 32, {700, 33}},
+        {2, 16, 1, 64, {5000, 64}},
+        // ~15 tiles per CTA, segments of two sequences in one CTA: the ring wraps (an odd ring broke here)
+        {16, 1, 16, 64, std::vector<int>(16, 8192)},
+    };
+    bool all = true;
+    const int only = argc > 3 ? std::atoi(argv[3]) : -1;  // "q4 999 C": case C only
+    for (size_t ci = 0; ci < q4_cases.size(); ++ci) {
+      if (only >= 0 && (int)ci != only) continue;
+      const CaseDef& cd = q4_cases[ci];
+      Case c = MakeCase(cd.B, cd.G, cd.H, cd.P, cd.lens, 51 + (unsigned)ci);
+      QHost qh = MakeQuant(c, kFmtNvfp4, 53 + (unsigned)ci);
+      for (int b = 0; b < c.B; ++b) {  // NaN block scales (E4M3 0x7F) in every row past the sequence's bound
+        int len = 0;
+        for (int g = 0; g < c.G; ++g) len = std::max(len, c.bounds[b * c.G + g]);
+        for (int t = len; t < c.npp * c.P; ++t) {
+          const size_t row = (size_t)c.table[b * c.npp + t / c.P] * c.P + t % c.P;
+          for (int k = 0; k < 32; ++k) qh.lat_sf[row * 32 + k] = 0x7F;
+          for (int k = 0; k < 4; ++k) qh.rope_sf[row * 4 + k] = 0x7F;
+        }
+      }
+      Dev d = Upload(c, scale);
+      QParams qp = UploadQuant(qh);
+      std::printf("q4 case %zu (B=%d G=%d H=%d P=%d):\n", ci, cd.B, cd.G, cd.H, cd.P);
+      all &= RunChecked(c, d, scale, [&] { Run<kSmallQ4, kFmtNvfp4>(d, qp); });
+      std::printf("  variants 128 (cp.async producer), 32 / 64 / 96 (S / PV / both decoded by permutes), 224:\n");
+      all &= RunChecked(c, d, scale, [&] { Run<kSmallQ4, kFmtNvfp4, 128>(d, qp); });
+      all &= RunChecked(c, d, scale, [&] { Run<kSmallQ4, kFmtNvfp4, 32>(d, qp); });
+      all &= RunChecked(c, d, scale, [&] { Run<kSmallQ4, kFmtNvfp4, 64>(d, qp); });
+      all &= RunChecked(c, d, scale, [&] { Run<kSmallQ4, kFmtNvfp4, 96>(d, qp); });
+      all &= RunChecked(c, d, scale, [&] { Run<kSmallQ4, kFmtNvfp4, 224>(d, qp); });
+      FreeQuant(qp);
+      Free(d);
+    }
+    std::printf("q4 checks passing: %s\n", all ? "yes" : "NO");
+    if (!all || checks_only) return all ? 0 : 1;
+    // "q4 B": timings at that batch only (default 64, 1, 128).
+    std::vector<int> Bs = {64, 1, 128};
+    if (argc > 2) Bs = {std::atoi(argv[2])};
+    for (int B : Bs) {
+      Dev d = UploadTiming(B, 1, 16, 64, 65536, scale);
+      const double tok = (double)B * 65536;
+      const float bf = TimeMs<kSmallGh, kFmtNative, 32>(d, 10);
+      QParams qp = QuantTiming(d, kFmtNvfp4);
+      const float old = TimeMs<kSmallGh, kFmtNvfp4, 32 | 256>(d, 10, qp);
+      std::printf("q4 B=%d G=1 H=16: bf16 %.4f ms (%.2f TB/s) | nvfp4 2c2p %.4f ms = %.2fx\n", B, bf, tok * 1152 / bf / 1e9, old, bf / old);
+      auto line = [&](const char* name, float t, float m, float pr) {
+        std::printf("q4 B=%d %s: %.4f ms = %.2fx bf16 (%.2f TB/s; math alone %.4f, producer alone %.4f)\n", B, name, t, bf / t,
+                    tok * 324 / t / 1e9, m, pr);
+      };
+#define Q4L(NAME, V) line(NAME, TimeMs<kSmallQ4, kFmtNvfp4, V>(d, 10, qp), TimeMs<kSmallQ4, kFmtNvfp4, 1 | V>(d, 10, qp, 1), \
+                          TimeMs<kSmallQ4, kFmtNvfp4, 2 | V>(d, 10, qp, 1))
+      Q4L("table decode (0)", 0);
+      Q4L("S by permutes (32)", 32);
+      Q4L("PV by permutes (64)", 64);
+      Q4L("both by permutes (96)", 96);
+#undef Q4L
+      if (B == 64) {  // math alone without: the decode, the S wgmmas, the PV wgmmas
+        const float nc = TimeMs<kSmallQ4, kFmtNvfp4, 1 | 4>(d, 10, qp, 1), ns = TimeMs<kSmallQ4, kFmtNvfp4, 1 | 8>(d, 10, qp, 1),
+                    np = TimeMs<kSmallQ4, kFmtNvfp4, 1 | 16>(d, 10, qp, 1), nn = TimeMs<kSmallQ4, kFmtNvfp4, 1 | 4 | 8 | 16>(d, 10, qp, 1);
+        std::printf("q4 B=64 math-alone probes: no decode %.4f, no S wgmma %.4f, no PV wgmma %.4f, none of them %.4f\n",
+                    nc, ns, np, nn);
+        const float v128 = TimeMs<kSmallQ4, kFmtNvfp4, 128>(d, 10, qp);
+        std::printf("q4 B=64 variant 128 (cp.async producer) %.4f = %.2fx\n", v128, bf / v128);
+        for (int r = 0; r < 3; ++r) {  // alternating rounds (the clocks drift over a run)
+          const float b0 = TimeMs<kSmallGh, kFmtNative, 32>(d, 10), a0 = TimeMs<kSmallQ4, kFmtNvfp4>(d, 10, qp),
+                      a32 = TimeMs<kSmallQ4, kFmtNvfp4, 32>(d, 10, qp), a64 = TimeMs<kSmallQ4, kFmtNvfp4, 64>(d, 10, qp),
+                      a256 = TimeMs<kSmallQ4, kFmtNvfp4, 256>(d, 10, qp);
+          std::printf("q4 B=64 round %d: bf16 %.4f | table %.4f (%.3fx) | S permutes %.4f (%.3fx) | PV permutes %.4f (%.3fx) | "
+                      "all-lane release %.4f (%.3fx)\n", r, b0, a0, b0 / a0, a32, b0 / a32, a64, b0 / a64, a256, b0 / a256);
+        }
+      }
+      FreeQuant(qp);
+      Free(d);
+    }
+    return 0;
+  }
   if (argc > 1 && std::strcmp(argv[1], "q8") == 0) {
     // fp8 pages through mla_small_q8 (S on E4M3 tensor cores with Q as two E4M3 terms, V^T converted in
     // registers): checks against the double reference of the unquantized queries, then timings at H=16, G=1
@@ -375,12 +537,16 @@ int main(int argc, char** argv) {
         {5, 2, 5, 16, {1, 64, 3000, 129, 191}},
         {3, 4, 4, 128, {4097, 65, 2}},
         {2, 1, 1, 32, {700, 33}},
+        {16, 1, 16, 64, std::vector<int>(16, 8192)},  // ~15 tiles per CTA: the ring wraps
     };
     bool all = true;
+    const int only = argc > 3 ? std::atoi(argv[3]) : -1;  // "q8 999 C": case C only
     for (size_t ci = 0; ci < q8_cases.size(); ++ci) {
+      if (only >= 0 && (int)ci != only) continue;
       const CaseDef& cd = q8_cases[ci];
       Case c = MakeCase(cd.B, cd.G, cd.H, cd.P, cd.lens, 41 + (unsigned)ci);
-      QHost qh = MakeQuant(c, kFmtFp8, 43 + (unsigned)ci);  // reference: unquantized queries (Q as two E4M3 terms)
+      QHost qh = MakeQuant(c, kFmtFp8, 43 + (unsigned)ci);
+      QuantizeQueriesFp8Two(c);  // reference: the kernel's two-term E4M3 queries
       Dev d = Upload(c, scale);
       QParams qp = UploadQuant(qh);
       std::printf("q8 case %zu (B=%d G=%d H=%d P=%d):\n", ci, cd.B, cd.G, cd.H, cd.P);

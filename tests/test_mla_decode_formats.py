@@ -229,18 +229,16 @@ GPU_CASES = [
     (3, 1, 128, 64, [65536, 70, 1]),
     (8, 4, 16, 16, [1000, 64, 63, 65, 4097, 17, 0, 2222]),
     (16, 1, 128, 64, [257] * 15 + [8192]),
-    # G*H <= 16: the CUDA small-G*H kernels (fp8: mla_small_q8, TMA loads where P % 64 == 0, else cp.async;
-    # nvfp4: producer-side dequantization)
+    # G*H <= 16: the CUDA raw-tile kernels (fp8: mla_small_q8, nvfp4: mla_small_q4; TMA loads where
+    # P % 64 == 0, else cp.async), a 16-token verify group at H = 1 among them
     (4, 1, 16, 64, [65536, 70, 1, 3000]),
     (5, 2, 5, 16, [1000, 64, 0, 65, 4097]),
-]
-# FFI only: mla_small_q8's TMA loads inside a 128-token page (a tile at page offset 0 or 64). The Pallas
-# kernel's fp8 program at P=128 asked Triton for 280 KB of shared memory (> 227 KB; RESOURCE_EXHAUSTED on the
-# H200, session 8); it now walks such pages in 64-token chunks (CPU-tested, lowers for the H200, not yet run
-# on a GPU): move this case back to GPU_CASES once it passes there.
-GPU_CASES_FFI_ONLY = [
+    (2, 16, 1, 64, [5000, 64]),
+    # TMA loads inside a 128-token page (a tile at page offset 0 or 64); the Pallas kernels walk such pages in
+    # 64-token chunks (an fp8 page of 128 tokens in one step asked Triton for 280 KB of shared memory)
     (3, 4, 4, 128, [4097, 65, 2]),
 ]
+GPU_CASES_FFI_ONLY = []
 GPU_PARAMS = ([(impl,) + c for impl in ("ffi", "pallas") for c in GPU_CASES]
               + [("ffi",) + c for c in GPU_CASES_FFI_ONLY])
 

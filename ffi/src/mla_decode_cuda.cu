@@ -360,7 +360,7 @@ __device__ __forceinline__ void WgmmaPV(float (&d)[32][4], uint64_t da, uint64_t
 // has dequantized that block of its own 32 tokens, so the dequantization of block j+1 runs while the
 // tensor cores work on block j (see mla_split_kv).
 // kWgmmaFp8Qk (FP8 pages only, opt-in): S = Q K^T on fp8 tensor cores (see mla_split_kv).
-enum KernelMode { kMma = 0, kWgmma = 1, kWgmmaPipe = 2, kWgmmaFp8Qk = 3, kSeesaw = 4, kSmallGh = 5, kSmallQ8 = 6 };
+enum KernelMode { kMma = 0, kWgmma = 1, kWgmmaPipe = 2, kWgmmaFp8Qk = 3, kSeesaw = 4, kSmallGh = 5, kSmallQ8 = 6, kSmallQ4 = 7 };
 // KV page formats: native 16-bit (bf16/f16, the q dtype), FP8 E4M3 per-tensor scale, NVFP4.
 enum KvFmt { kFmtNative = 0, kFmtFp8 = 1, kFmtNvfp4 = 2 };
 // Staged bytes per token of a quantized tile. nvfp4 row: [0,256) latent codes, [256,288) rope codes,
@@ -921,6 +921,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s, Q
 #include "mla_decode_seesaw.cuh"
 #include "mla_decode_small.cuh"
 #include "mla_decode_small_q8.cuh"
+#include "mla_decode_small_q4.cuh"
 
 namespace helix_ffi {
 namespace {
@@ -1047,11 +1048,12 @@ WsLayout Layout(long long B, long long GH) {
   return l;
 }
 
-// Quantized-page variant from HELIX_MLA_DECODE_DEQUANT (auto | small8 | small | pipe | tile | fp8qk), read once:
+// Quantized-page variant from HELIX_MLA_DECODE_DEQUANT (auto | small8 | small4 | small | pipe | tile | fp8qk), read
+// once (kSmallQ8 stands for "the raw-tile kernel of the page format"):
 //   auto (default): where G*H <= 16, fp8 pages run mla_small_q8 (raw E4M3 tiles into the tensor cores, Q as two
-//     E4M3 terms; B=64, H=16, G=1, L=64K on the H200: 1.8x the bf16 kernel) and nvfp4 pages the small-G*H
-//     kernel with producer-side dequantization; else pipe;
-//   small8: same as auto;
+//     E4M3 terms; B=64, H=16, G=1, L=64K on the H200: 1.8x the bf16 kernel) and nvfp4 pages mla_small_q4 (raw
+//     E2M1 tiles, both products' A operands decoded in registers); else pipe;
+//   small8, small4: same as auto;
 //   small: the producer-dequantizing small-G*H kernel for both formats where G*H <= 16, else pipe;
 //   tile: all threads dequantize the whole staged tile, barrier, then S (simple, one more barrier);
 //   pipe: per-warpgroup dequant of 64-column blocks interleaved with the S wgmmas;
@@ -1059,7 +1061,8 @@ WsLayout Layout(long long B, long long GH) {
 int DequantModeFromEnv() {
   static const int mode = [] {
     const char* v = std::getenv("HELIX_MLA_DECODE_DEQUANT");
-    if (v == nullptr || std::strcmp(v, "auto") == 0 || std::strcmp(v, "small8") == 0) return (int)kSmallQ8;
+    if (v == nullptr || std::strcmp(v, "auto") == 0 || std::strcmp(v, "small8") == 0 || std::strcmp(v, "small4") == 0)
+      return (int)kSmallQ8;
     if (std::strcmp(v, "small") == 0) return (int)kSmallGh;
     if (std::strcmp(v, "pipe") == 0) return (int)kWgmmaPipe;
     if (std::strcmp(v, "tile") == 0) return (int)kWgmma;
@@ -1180,6 +1183,28 @@ cudaError_t EncodeQ8Maps(const Params& p, const QParams& qp, Q8Maps* maps) {
   });
 }
 
+// The nvfp4 pool's tensor maps for mla_small_q4 (see Q4Maps): latent codes box 128 B x 64 with the 128-byte
+// swizzle; rope codes and latent block scales box 32 B x 64, no swizzle. Keyed by the codes and the scales.
+cudaError_t EncodeQ4Maps(const Params& p, const QParams& qp, Q4Maps* maps) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = TensorMapEncoder();
+  if (encode == nullptr) return cudaErrorSymbolNotFound;
+  const long long rows = (long long)p.N * p.P;
+  // The cache keys two pointers: the latent codes and the latent scales (the rope arrays change with them).
+  return CachedPoolMaps(qp.kv_lat8, qp.lat_sf, rows, maps, [&](Q4Maps* m) {
+    const cuuint32_t estride[2] = {1, 1};
+    auto one = [&](CUtensorMap* t, const void* base, int width, int box_w, CUtensorMapSwizzle swz) {
+      const cuuint64_t dims[2] = {(cuuint64_t)width, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)width};
+      const cuuint32_t box[2] = {(cuuint32_t)box_w, 64};
+      return encode(t, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, estride,
+                    CU_TENSOR_MAP_INTERLEAVE_NONE, swz, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    };
+    return one(&m->lat, qp.kv_lat8, kDl / 2, 128, CU_TENSOR_MAP_SWIZZLE_128B) != CUDA_SUCCESS ||
+                   one(&m->rope, qp.kv_rope8, kDr / 2, 32, CU_TENSOR_MAP_SWIZZLE_NONE) != CUDA_SUCCESS ||
+                   one(&m->lsf, qp.lat_sf, kDl / 16, 32, CU_TENSOR_MAP_SWIZZLE_NONE) != CUDA_SUCCESS
+               ? cudaErrorInvalidValue : cudaSuccess;
+  });
+}
+
 // The >48 KB shared-memory opt-in of `kernel` is per device: set it once for each device this process
 // launches on (a once-per-process flag left every GPU but the first failing the launch). `ready` holds
 // one bit per device and belongs to the kernel instantiation.
@@ -1281,10 +1306,23 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
     const bool tma = p.P % kTokTile == 0 && !(kVar & 128);
     if (tma && (err = EncodeQ8Maps(p, qp, &maps)) != cudaSuccess) return err;
     auto launch = [&](auto use_tma) {  // one instantiation (and shared-memory opt-in flag) per producer kind
-      constexpr auto kernel = mla_small_q8<kBf16, decltype(use_tma)::value, kVar & 127>;
+      constexpr auto kernel = mla_small_q8<kBf16, decltype(use_tma)::value, kVar & ~128>;
       static std::atomic<uint64_t> opted{0};
       cudaError_t e = OptInSharedMemory(kernel, kQ8SmemBytes, opted);
       return e != cudaSuccess ? e : LaunchKernel(kernel, grid, dim3(384), kQ8SmemBytes, stream, nullptr, p, s, qp, maps);
+    };
+    if ((err = tma ? launch(std::true_type{}) : launch(std::false_type{})) != cudaSuccess) return err;
+  } else if constexpr (kMode == kSmallQ4) {
+    static_assert(kFmt == kFmtNvfp4, "mla_small_q4 reads nvfp4 pages");
+    // TMA where a tile is 64 consecutive pool rows (P % 64 == 0; kVar bit 7 forces cp.async), else cp.async.
+    Q4Maps maps{};
+    const bool tma = p.P % kTokTile == 0 && !(kVar & 128);
+    if (tma && (err = EncodeQ4Maps(p, qp, &maps)) != cudaSuccess) return err;
+    auto launch = [&](auto use_tma) {  // one instantiation (and shared-memory opt-in flag) per producer kind
+      constexpr auto kernel = mla_small_q4<kBf16, decltype(use_tma)::value, kVar & ~128>;
+      static std::atomic<uint64_t> opted{0};
+      cudaError_t e = OptInSharedMemory(kernel, kQ4SmemBytes, opted);
+      return e != cudaSuccess ? e : LaunchKernel(kernel, grid, dim3(384), kQ4SmemBytes, stream, nullptr, p, s, qp, maps);
     };
     if ((err = tma ? launch(std::true_type{}) : launch(std::false_type{})) != cudaSuccess) return err;
   } else if constexpr (kMode == kSeesaw) {
@@ -1331,7 +1369,7 @@ int MainParts(const Params& p, int num_sms, int mtiles, bool seesaw, int kvar = 
 }
 
 // Native pages: HELIX_MLA_DECODE_KERNEL picks auto (small | seesaw by G*H) | seesaw | wgmma | mma. Quantized pages:
-// HELIX_MLA_DECODE_DEQUANT picks auto (small8 for fp8 / small for nvfp4 | pipe by G*H) | small | pipe | tile | fp8qk.
+// HELIX_MLA_DECODE_DEQUANT picks auto (the raw-tile kernel: small_q8 for fp8, small_q4 for nvfp4 | pipe by G*H) | small | pipe | tile | fp8qk.
 template <bool kBf16, int kFmt = kFmtNative>
 ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms, uint16_t* o, float* lse,
                   const QParams& qp = QParams{}) {
@@ -1341,7 +1379,7 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
         "helix_mla_decode: HELIX_MLA_DECODE_LOAD must be auto, cpasync, tma_evict_first, tma or tma_multicast");
   if (mode < 0)
     return ffi::Error::InvalidArgument(kFmt == kFmtNative ? "helix_mla_decode: HELIX_MLA_DECODE_KERNEL must be auto, small, seesaw, wgmma or mma"
-                                                          : "helix_mla_decode: HELIX_MLA_DECODE_DEQUANT must be auto, small8, small, pipe, tile or fp8qk");
+                                                          : "helix_mla_decode: HELIX_MLA_DECODE_DEQUANT must be auto, small8, small4, small, pipe, tile or fp8qk");
   Params p = base;
   const int mtiles = (p.GH + kRowsTile - 1) / kRowsTile;
   const bool seesaw = kFmt == kFmtNative && (mode == kSeesaw || (mode == kSmallGh && p.GH > kSmRows));
@@ -1355,8 +1393,9 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
   // schedule's scratch when B > kSchedMaxB.
   LaunchSchedule(p.bounds, p.B, p.G, p.cap, num_parts, s, reinterpret_cast<int*>(p.lse_part), stream);
   HELIX_CUDA_CHECK(cudaGetLastError());
-  if (kFmt == kFmtFp8 && mode == kSmallQ8 && p.GH <= kSmRows) {
+  if (kFmt != kFmtNative && mode == kSmallQ8 && p.GH <= kSmRows) {  // the raw-tile kernel of the page format
     if constexpr (kFmt == kFmtFp8) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ8, kFmt>(p, s, num_parts, mtiles, stream, qp)));
+    if constexpr (kFmt == kFmtNvfp4) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ4, kFmt>(p, s, num_parts, mtiles, stream, qp)));
   } else if (kFmt != kFmtNative && (mode == kSmallGh || mode == kSmallQ8) && p.GH <= kSmRows) {
     HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallGh, kFmt>(p, s, num_parts, mtiles, stream, qp)));
   } else if constexpr (kFmt == kFmtFp8) {

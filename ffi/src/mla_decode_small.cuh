@@ -1,4 +1,5 @@
-// Split-KV kernel for G*H <= 16 query rows (HELIX_MLA_DECODE_KERNEL=auto|small; quantized pages: nvfp4 by default, fp8 with HELIX_MLA_DECODE_DEQUANT=small).
+// Split-KV kernel for G*H <= 16 query rows (HELIX_MLA_DECODE_KERNEL=auto|small; quantized pages with HELIX_MLA_DECODE_DEQUANT=small: the
+// raw-tile kernels mla_small_q8 / mla_small_q4 are their default).
 // Included by mla_decode_cuda.cu after mla_decode_seesaw.cuh (reuses its mbarrier helpers and the SsBars layout).
 //
 // With few query rows a 64-row tile is 3/4 padding, so the math runs transposed with the 64 tokens of a KV

@@ -32,6 +32,7 @@ namespace helix_ffi {
 namespace {
 
 constexpr int kQ8Bufs = 4;
+static_assert(kQ8Bufs % 2 == 0, "each buffer stays with one consumer (see kQ4Bufs in mla_decode_small_q4.cuh)");
 constexpr int kQ8TileBytes = kTokTile * kD;  // 36864: 4 latent blocks [64 tok x 128 B] + rope [64 tok x 64 B]
 constexpr int kQ8QRows = 2 * kSmRows;         // Q as two E4M3 terms: rows 0..15 hi, 16..31 lo
 constexpr int kQ8QBytes = kQ8QRows * kD;      // 18432: the same blocks with 32 rows
@@ -145,7 +146,8 @@ __device__ __forceinline__ void Q8FromQ(unsigned char* sQ8, float* qs, const uin
 // loads (arrives on empty tiles): the consumers' math alone; bit 1: the consumers do no math (wait for each
 // tile and release it): the producer alone; bit 2: V^T fragments without the E4M3 conversion; bit 3: no S
 // wgmma; bit 4: no PV wgmma. Variants (correct kernels): bit 5: TMA loads with an L2 evict-first hint; bit 6:
-// S waits for the whole tile, then one proxy fence (instead of one per block).
+// S waits for the whole tile, then one proxy fence (instead of one per block); bit 8: every consumer thread arrives
+// on a buffer's empty barrier (instead of lane 0 of each warp after __syncwarp).
 template <bool kBf16, bool kTma, int kVar = 0>
 __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParams qp, const __grid_constant__ Q8Maps maps) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -162,7 +164,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParam
   if (threadIdx.x == 0) {
     for (int b = 0; b < kQ8Bufs; ++b) {
       for (int c = 0; c < 5; ++c) MbarInit(&bars->full[b][c], kTma ? 1 : 128);
-      MbarInit(&bars->empty[b], 4);
+      MbarInit(&bars->empty[b], (kVar & 256) ? 128 : 4);  // kVar bit 8: every consumer thread arrives
     }
     MbarInit(&bars->q_full, 128);
     MbarInit(&bars->q_empty, 256);
@@ -354,7 +356,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParam
       if constexpr ((kVar & 2) != 0) {  // probe: no math
         for (int c = 0; c < 5; ++c) MbarWait(&bars->full[buf][c], par);
         __syncwarp();
-        if (lane == 0) MbarArrive(&bars->empty[buf]);
+        if ((kVar & 256) || lane == 0) MbarArrive(&bars->empty[buf]);
         continue;
       }
       // S^T = K [Q_hi; Q_lo]^T: 4 latent blocks x 4 k-steps + rope x 2 of m64n32k32 E4M3; columns 16.. hold the lo term.
@@ -477,7 +479,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParam
         }
         if (kk == 3) {  // every read of this buffer is done (S's wgmma retired above): back to the producer
           __syncwarp();
-          if (lane == 0) MbarArrive(&bars->empty[buf]);
+          if ((kVar & 256) || lane == 0) MbarArrive(&bars->empty[buf]);
         }
         WgFence();
 #pragma unroll
