@@ -396,7 +396,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  if (argc > 3 && (std::strcmp(argv[1], "q4chk") == 0 || std::strcmp(argv[1], "q8chk") == 0)) {
+  if (argc > 2 && (std::strcmp(argv[1], "q4chk") == 0 || std::strcmp(argv[1], "q8chk") == 0)) {
     // One variant V (0, 128, 256, 384) of mla_small_q4 / _q8 on the ring-wrapping check case (16 x 8192 tokens), for
     // the sanitizers: "q4chk V", "q8chk V".
     const bool q4 = argv[1][1] == '4';
