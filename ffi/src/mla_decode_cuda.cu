@@ -1163,6 +1163,16 @@ cudaError_t EncodeKvMaps(const Params& p, SsMaps* maps) {
   });
 }
 
+// One tensor map of a byte pool [rows, width B] with boxes of box_w B x 64 rows (the raw-tile kernels' maps).
+bool EncodeBytes2d(PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMap* t, const void* base, int width, long long rows,
+                   int box_w, CUtensorMapSwizzle swz) {
+  const cuuint32_t estride[2] = {1, 1}, box[2] = {(cuuint32_t)box_w, 64};
+  const cuuint64_t dims[2] = {(cuuint64_t)width, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)width};
+  return encode(t, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, estride,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, swz, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 // The fp8 pool's tensor maps for mla_small_q8 (see Q8Maps): bytes, latent box 128 B x 64 with the 128-byte
 // swizzle, rope box 64 B x 64 with the 64-byte swizzle.
 cudaError_t EncodeQ8Maps(const Params& p, const QParams& qp, Q8Maps* maps) {
@@ -1170,16 +1180,9 @@ cudaError_t EncodeQ8Maps(const Params& p, const QParams& qp, Q8Maps* maps) {
   if (encode == nullptr) return cudaErrorSymbolNotFound;
   const long long rows = (long long)p.N * p.P;
   return CachedPoolMaps(qp.kv_lat8, qp.kv_rope8, rows, maps, [&](Q8Maps* m) {
-    const cuuint32_t estride[2] = {1, 1};
-    auto one = [&](CUtensorMap* t, const void* base, int width, int box_w, CUtensorMapSwizzle swz) {
-      const cuuint64_t dims[2] = {(cuuint64_t)width, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)width};
-      const cuuint32_t box[2] = {(cuuint32_t)box_w, 64};
-      return encode(t, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, estride,
-                    CU_TENSOR_MAP_INTERLEAVE_NONE, swz, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    };
-    return one(&m->lat, qp.kv_lat8, kDl, 128, CU_TENSOR_MAP_SWIZZLE_128B) != CUDA_SUCCESS ||
-                   one(&m->rope, qp.kv_rope8, kDr, 64, CU_TENSOR_MAP_SWIZZLE_64B) != CUDA_SUCCESS
-               ? cudaErrorInvalidValue : cudaSuccess;
+    return EncodeBytes2d(encode, &m->lat, qp.kv_lat8, kDl, rows, 128, CU_TENSOR_MAP_SWIZZLE_128B) &&
+                   EncodeBytes2d(encode, &m->rope, qp.kv_rope8, kDr, rows, 64, CU_TENSOR_MAP_SWIZZLE_64B)
+               ? cudaSuccess : cudaErrorInvalidValue;
   });
 }
 
@@ -1191,17 +1194,10 @@ cudaError_t EncodeQ4Maps(const Params& p, const QParams& qp, Q4Maps* maps) {
   const long long rows = (long long)p.N * p.P;
   // The cache keys two pointers: the latent codes and the latent scales (the rope arrays change with them).
   return CachedPoolMaps(qp.kv_lat8, qp.lat_sf, rows, maps, [&](Q4Maps* m) {
-    const cuuint32_t estride[2] = {1, 1};
-    auto one = [&](CUtensorMap* t, const void* base, int width, int box_w, CUtensorMapSwizzle swz) {
-      const cuuint64_t dims[2] = {(cuuint64_t)width, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)width};
-      const cuuint32_t box[2] = {(cuuint32_t)box_w, 64};
-      return encode(t, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, estride,
-                    CU_TENSOR_MAP_INTERLEAVE_NONE, swz, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    };
-    return one(&m->lat, qp.kv_lat8, kDl / 2, 128, CU_TENSOR_MAP_SWIZZLE_128B) != CUDA_SUCCESS ||
-                   one(&m->rope, qp.kv_rope8, kDr / 2, 32, CU_TENSOR_MAP_SWIZZLE_NONE) != CUDA_SUCCESS ||
-                   one(&m->lsf, qp.lat_sf, kDl / 16, 32, CU_TENSOR_MAP_SWIZZLE_NONE) != CUDA_SUCCESS
-               ? cudaErrorInvalidValue : cudaSuccess;
+    return EncodeBytes2d(encode, &m->lat, qp.kv_lat8, kDl / 2, rows, 128, CU_TENSOR_MAP_SWIZZLE_128B) &&
+                   EncodeBytes2d(encode, &m->rope, qp.kv_rope8, kDr / 2, rows, 32, CU_TENSOR_MAP_SWIZZLE_NONE) &&
+                   EncodeBytes2d(encode, &m->lsf, qp.lat_sf, kDl / 16, rows, 32, CU_TENSOR_MAP_SWIZZLE_NONE)
+               ? cudaSuccess : cudaErrorInvalidValue;
   });
 }
 
@@ -1299,30 +1295,28 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
     if ((err = OptInSharedMemory(mla_small_gh<kBf16, kFmt, kNc, kNp, kV>, kSmSmemBytes, ready)) != cudaSuccess) return err;
     if ((err = LaunchKernel(mla_small_gh<kBf16, kFmt, kNc, kNp, kV>, grid, dim3(128 * (kNc + kNp)), kSmSmemBytes, stream,
                             nullptr, p, s, qp)) != cudaSuccess) return err;
-  } else if constexpr (kMode == kSmallQ8) {
-    static_assert(kFmt == kFmtFp8, "mla_small_q8 reads fp8 pages");
-    // TMA where a tile is 64 consecutive pool rows (P % 64 == 0; kVar bit 7 forces cp.async), else cp.async.
-    Q8Maps maps{};
+  } else if constexpr (kMode == kSmallQ8 || kMode == kSmallQ4) {
+    // The raw-tile kernels: mla_small_q8 (fp8 pages), mla_small_q4 (nvfp4 pages). TMA where a tile is 64 consecutive
+    // pool rows (P % 64 == 0; kVar bit 7 forces cp.async), else cp.async.
+    constexpr bool kQ8 = kMode == kSmallQ8;
+    static_assert(kFmt == (kQ8 ? kFmtFp8 : kFmtNvfp4), "mla_small_q8 reads fp8 pages, mla_small_q4 nvfp4 pages");
+    constexpr int kSmem = kQ8 ? kQ8SmemBytes : kQ4SmemBytes;
+    std::conditional_t<kQ8, Q8Maps, Q4Maps> maps{};
     const bool tma = p.P % kTokTile == 0 && !(kVar & 128);
-    if (tma && (err = EncodeQ8Maps(p, qp, &maps)) != cudaSuccess) return err;
+    if (tma) {
+      if constexpr (kQ8) err = EncodeQ8Maps(p, qp, &maps);
+      else err = EncodeQ4Maps(p, qp, &maps);
+      if (err != cudaSuccess) return err;
+    }
     auto launch = [&](auto use_tma) {  // one instantiation (and shared-memory opt-in flag) per producer kind
-      constexpr auto kernel = mla_small_q8<kBf16, decltype(use_tma)::value, kVar & ~128>;
+      constexpr bool kT = decltype(use_tma)::value;
+      constexpr auto kernel = [] {
+        if constexpr (kQ8) return mla_small_q8<kBf16, kT, kVar & ~128>;
+        else return mla_small_q4<kBf16, kT, kVar & ~128>;
+      }();
       static std::atomic<uint64_t> opted{0};
-      cudaError_t e = OptInSharedMemory(kernel, kQ8SmemBytes, opted);
-      return e != cudaSuccess ? e : LaunchKernel(kernel, grid, dim3(384), kQ8SmemBytes, stream, nullptr, p, s, qp, maps);
-    };
-    if ((err = tma ? launch(std::true_type{}) : launch(std::false_type{})) != cudaSuccess) return err;
-  } else if constexpr (kMode == kSmallQ4) {
-    static_assert(kFmt == kFmtNvfp4, "mla_small_q4 reads nvfp4 pages");
-    // TMA where a tile is 64 consecutive pool rows (P % 64 == 0; kVar bit 7 forces cp.async), else cp.async.
-    Q4Maps maps{};
-    const bool tma = p.P % kTokTile == 0 && !(kVar & 128);
-    if (tma && (err = EncodeQ4Maps(p, qp, &maps)) != cudaSuccess) return err;
-    auto launch = [&](auto use_tma) {  // one instantiation (and shared-memory opt-in flag) per producer kind
-      constexpr auto kernel = mla_small_q4<kBf16, decltype(use_tma)::value, kVar & ~128>;
-      static std::atomic<uint64_t> opted{0};
-      cudaError_t e = OptInSharedMemory(kernel, kQ4SmemBytes, opted);
-      return e != cudaSuccess ? e : LaunchKernel(kernel, grid, dim3(384), kQ4SmemBytes, stream, nullptr, p, s, qp, maps);
+      cudaError_t e = OptInSharedMemory(kernel, kSmem, opted);
+      return e != cudaSuccess ? e : LaunchKernel(kernel, grid, dim3(384), kSmem, stream, nullptr, p, s, qp, maps);
     };
     if ((err = tma ? launch(std::true_type{}) : launch(std::false_type{})) != cudaSuccess) return err;
   } else if constexpr (kMode == kSeesaw) {

@@ -1,7 +1,8 @@
 // FP8 pages, G*H <= 16 query rows (HELIX_MLA_DECODE_DEQUANT=auto|small8, the default): the raw E4M3 tile feeds the tensor
 // cores without a 16-bit copy. Included by mla_decode_cuda.cu after mla_decode_small.cuh (reuses its Q
-// loader and softmax exchange; the two-consumer merge repeats its code: shared helpers are on branch
-// wip/small-merge-helpers, not yet run on a GPU).
+// loader and softmax exchange). The per-tile softmax (RawTileSoftmax) and the segment end (RawTileSegmentEnd) are
+// shared with mla_small_q4; mla_small_gh's merge repeats them (shared helpers for it: branch wip/small-merge-helpers,
+// not yet run on a GPU).
 //
 // Why: at N = 16 query rows a wgmma reading A (64 x 16 x 2 B) from shared memory is bound by shared-memory
 // bandwidth (2 KB per 8 tensor cycles against 128 B/clk), and the producer-dequantizing kernel of
@@ -140,6 +141,148 @@ __device__ __forceinline__ void Q8FromQ(unsigned char* sQ8, float* qs, const uin
     const int ch = part + 8 * i;
     *reinterpret_cast<uint2*>(sQ8 + Q8Off<kQ8QRows>(kSmRows + r, ch >> 1) + (ch & 1) * 8) = make_uint2(o0, o1);
   }
+}
+
+// One tile's column softmax in the raw-tile kernels (log2 units, as mla_small_gh), called by the consumer that owns
+// the tile: masks the logits st of token rows ta / tb (tile start t0) by the rows' bounds bq, exchanges the column
+// maxima across the 4 warps through red (barrier 1 + w), updates m and l, writes P^T (f16) to myPT, rescales O^T and
+// publishes P^T to the wgmma (proxy fence, barrier).
+__device__ __forceinline__ void RawTileSoftmax(float (&st)[2][4], const int (&bq)[2][2], int t0, int ta, int tb, int w, int wi,
+                                               int lane, float* red, uint16_t* myPT, float (&m)[2][2], float (&l)[2][2],
+                                               float (&oacc)[8][2][4]) {
+  const int c4 = lane & 3;
+  float cm[2][2];
+#pragma unroll
+  for (int n8 = 0; n8 < 2; ++n8)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      st[n8][e] = t0 + ta < bq[n8][e] ? st[n8][e] : -INFINITY;
+      st[n8][2 + e] = t0 + tb < bq[n8][e] ? st[n8][2 + e] : -INFINITY;
+      float v = fmaxf(st[n8][e], st[n8][2 + e]);
+#pragma unroll
+      for (int off = 4; off <= 16; off <<= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+      cm[n8][e] = v;
+    }
+  SmPutColumns(red, wi, lane, cm);
+  NamedBarSync(1 + w, 128);
+  float al[2][2], mu[2][2];
+#pragma unroll
+  for (int n8 = 0; n8 < 2; ++n8)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int q = n8 * 8 + c4 * 2 + e;
+      const float mx = fmaxf(fmaxf(red[q], red[16 + q]), fmaxf(red[32 + q], red[48 + q]));
+      const float mn = fmaxf(m[n8][e], mx);
+      mu[n8][e] = mn == -INFINITY ? 0.f : mn;
+      al[n8][e] = exp2f(m[n8][e] - mu[n8][e]);
+      m[n8][e] = mn;
+    }
+#pragma unroll
+  for (int n8 = 0; n8 < 2; ++n8)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int q = n8 * 8 + c4 * 2 + e;
+      const float pa = exp2f(st[n8][e] - mu[n8][e]), pb = exp2f(st[n8][2 + e] - mu[n8][e]);
+      l[n8][e] = l[n8][e] * al[n8][e] + pa + pb;
+      const uint32_t pk = Pack2<false>(pa, pb);
+      myPT[Off16(q, ta >> 3) + (ta & 7)] = (uint16_t)(pk & 0xFFFF);
+      myPT[Off16(q, tb >> 3) + (tb & 7)] = (uint16_t)(pk >> 16);
+    }
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int n8 = 0; n8 < 2; ++n8) {
+      oacc[i][n8][0] *= al[n8][0]; oacc[i][n8][1] *= al[n8][1];
+      oacc[i][n8][2] *= al[n8][0]; oacc[i][n8][3] *= al[n8][1];
+    }
+  FenceProxyAsync();         // P^T stores -> wgmma
+  NamedBarSync(1 + w, 128);  // all of P^T written
+}
+
+// End of a segment in the raw-tile kernels (mla_small_q8, mla_small_q4), called by both consumers: column sums of l
+// over the 64 token rows, the exact two-consumer merge (as mla_small_gh: consumer 1 hands O^T, m and L over
+// thread-linearly through sMerge), consumer 0 writes the partial (o, lse) of segment si, times out_mul.
+// Row q's dims 128 wi + 16 g + 2 i + h sit in oacc[i][n8][2 h + e]: 16 consecutive floats per thread.
+__device__ __forceinline__ void RawTileSegmentEnd(const Params& p, int si, int w, int wi, int lane, int tid, int own, float* myRed,
+                                                  float* sMerge, float (&oacc)[8][2][4], float (&m)[2][2], const float (&l)[2][2],
+                                                  float out_mul) {
+  const int g = lane >> 2, c4 = lane & 3;
+  float* red = myRed + (own & 1) * 64;
+  float lt[2][2];
+#pragma unroll
+  for (int n8 = 0; n8 < 2; ++n8)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float v = l[n8][e];
+#pragma unroll
+      for (int off = 4; off <= 16; off <<= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+      lt[n8][e] = v;
+    }
+  NamedBarSync(1 + w, 128);
+  SmPutColumns(red, wi, lane, lt);
+  NamedBarSync(1 + w, 128);
+  float Lq[2][2];
+#pragma unroll
+  for (int n8 = 0; n8 < 2; ++n8)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int q = n8 * 8 + c4 * 2 + e;
+      Lq[n8][e] = red[q] + red[16 + q] + red[32 + q] + red[48 + q];
+    }
+  if (w == 1) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int n8 = 0; n8 < 2; ++n8)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) sMerge[((i * 2 + n8) * 4 + r) * 128 + tid] = oacc[i][n8][r];
+#pragma unroll
+    for (int n8 = 0; n8 < 2; ++n8)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        sMerge[(64 + n8 * 2 + e) * 128 + tid] = m[n8][e];
+        sMerge[(68 + n8 * 2 + e) * 128 + tid] = Lq[n8][e];
+      }
+  }
+  NamedBarSync(4, 256);
+  if (w == 0) {
+    float a0[2][2], a1[2][2];
+#pragma unroll
+    for (int n8 = 0; n8 < 2; ++n8)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float m1 = sMerge[(64 + n8 * 2 + e) * 128 + tid], L1 = sMerge[(68 + n8 * 2 + e) * 128 + tid];
+        const float mm = fmaxf(m[n8][e], m1), mz = mm == -INFINITY ? 0.f : mm;
+        a0[n8][e] = exp2f(m[n8][e] - mz);
+        a1[n8][e] = exp2f(m1 - mz);
+        Lq[n8][e] = Lq[n8][e] * a0[n8][e] + L1 * a1[n8][e];
+        m[n8][e] = mm;
+      }
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int n8 = 0; n8 < 2; ++n8)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          oacc[i][n8][r] = oacc[i][n8][r] * a0[n8][r & 1] + sMerge[((i * 2 + n8) * 4 + r) * 128 + tid] * a1[n8][r & 1];
+#pragma unroll
+    for (int n8 = 0; n8 < 2; ++n8)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int q = n8 * 8 + c4 * 2 + e;
+        const float L = Lq[n8][e];
+        if (q >= p.GH) continue;
+        const float inv = L > 0.f ? out_mul / L : 0.f;
+        float4* o = reinterpret_cast<float4*>(p.o_part + ((long long)si * p.GH + q) * kDl + 128 * wi + 16 * g);
+#pragma unroll
+        for (int i4 = 0; i4 < 4; ++i4)
+          o[i4] = make_float4(oacc[2 * i4][n8][e] * inv, oacc[2 * i4][n8][2 + e] * inv,
+                              oacc[2 * i4 + 1][n8][e] * inv, oacc[2 * i4 + 1][n8][2 + e] * inv);
+        if (wi == 0 && g == 0) p.lse_part[(long long)si * p.GH + q] = L > 0.f ? (m[n8][e] + __log2f(L)) * kLn2 : -INFINITY;
+      }
+  }
+  NamedBarSync(4, 256);      // sMerge is rewritten by the next segment
+  NamedBarSync(1 + w, 128);  // red is reused by the next segment
 }
 
 // kVar (timing probes of the standalone driver only; not correct kernels): bit 0: the producer issues no
@@ -400,55 +543,8 @@ __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParam
       FenceRegs(oacc[0]); FenceRegs(oacc[1]); FenceRegs(oacc[2]); FenceRegs(oacc[3]);
       FenceRegs(oacc[4]); FenceRegs(oacc[5]); FenceRegs(oacc[6]); FenceRegs(oacc[7]);
 
-      // Column softmax (log2 units), as mla_small_gh.
-      const int t0 = (blk0 + j) * kTokTile;
-      float cm[2][2];
-#pragma unroll
-      for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          st[n8][e] = t0 + ta < bq[n8][e] ? st[n8][e] : -INFINITY;
-          st[n8][2 + e] = t0 + tb < bq[n8][e] ? st[n8][2 + e] : -INFINITY;
-          float v = fmaxf(st[n8][e], st[n8][2 + e]);
-#pragma unroll
-          for (int off = 4; off <= 16; off <<= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
-          cm[n8][e] = v;
-        }
-      float* red = myRed + (own & 1) * 64;
-      SmPutColumns(red, wi, lane, cm);
-      NamedBarSync(1 + w, 128);
-      float al[2][2], mu[2][2];
-#pragma unroll
-      for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int q = n8 * 8 + c4 * 2 + e;
-          const float mx = fmaxf(fmaxf(red[q], red[16 + q]), fmaxf(red[32 + q], red[48 + q]));
-          const float mn = fmaxf(m[n8][e], mx);
-          mu[n8][e] = mn == -INFINITY ? 0.f : mn;
-          al[n8][e] = exp2f(m[n8][e] - mu[n8][e]);
-          m[n8][e] = mn;
-        }
-#pragma unroll
-      for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int q = n8 * 8 + c4 * 2 + e;
-          const float pa = exp2f(st[n8][e] - mu[n8][e]), pb = exp2f(st[n8][2 + e] - mu[n8][e]);
-          l[n8][e] = l[n8][e] * al[n8][e] + pa + pb;
-          const uint32_t pk = Pack2<false>(pa, pb);
-          myPT[Off16(q, ta >> 3) + (ta & 7)] = (uint16_t)(pk & 0xFFFF);
-          myPT[Off16(q, tb >> 3) + (tb & 7)] = (uint16_t)(pk >> 16);
-        }
-#pragma unroll
-      for (int i = 0; i < 8; ++i)
-#pragma unroll
-        for (int n8 = 0; n8 < 2; ++n8) {
-          oacc[i][n8][0] *= al[n8][0]; oacc[i][n8][1] *= al[n8][1];
-          oacc[i][n8][2] *= al[n8][0]; oacc[i][n8][3] *= al[n8][1];
-        }
-      FenceProxyAsync();         // P^T stores -> wgmma
-      NamedBarSync(1 + w, 128);  // all of P^T written
+      // Column softmax (log2 units), P^T, O^T rescaled.
+      RawTileSoftmax(st, bq, (blk0 + j) * kTokTile, ta, tb, w, wi, lane, myRed + (own & 1) * 64, myPT, m, l, oacc);
       FenceRegs(oacc[0]); FenceRegs(oacc[1]); FenceRegs(oacc[2]); FenceRegs(oacc[3]);
       FenceRegs(oacc[4]); FenceRegs(oacc[5]); FenceRegs(oacc[6]); FenceRegs(oacc[7]);
       // O^T += V^T P^T, 16 tokens per step; V^T fragments converted from the raw tile.
@@ -494,84 +590,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParam
     FenceRegs(oacc[4]); FenceRegs(oacc[5]); FenceRegs(oacc[6]); FenceRegs(oacc[7]);
     MbarArrive(&bars->q_empty);
 
-    // Column sums over the 64 token rows, then the exact two-consumer merge, as mla_small_gh.
-    float* red = myRed + (own & 1) * 64;
-    float lt[2][2];
-#pragma unroll
-    for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float v = l[n8][e];
-#pragma unroll
-        for (int off = 4; off <= 16; off <<= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-        lt[n8][e] = v;
-      }
-    NamedBarSync(1 + w, 128);
-    SmPutColumns(red, wi, lane, lt);
-    NamedBarSync(1 + w, 128);
-    float Lq[2][2];
-#pragma unroll
-    for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int q = n8 * 8 + c4 * 2 + e;
-        Lq[n8][e] = red[q] + red[16 + q] + red[32 + q] + red[48 + q];
-      }
-    if (w == 1) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i)
-#pragma unroll
-        for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) sMerge[((i * 2 + n8) * 4 + r) * 128 + tid] = oacc[i][n8][r];
-#pragma unroll
-      for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          sMerge[(64 + n8 * 2 + e) * 128 + tid] = m[n8][e];
-          sMerge[(68 + n8 * 2 + e) * 128 + tid] = Lq[n8][e];
-        }
-    }
-    NamedBarSync(4, 256);
-    if (w == 0) {
-      float a0[2][2], a1[2][2];
-#pragma unroll
-      for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float m1 = sMerge[(64 + n8 * 2 + e) * 128 + tid], L1 = sMerge[(68 + n8 * 2 + e) * 128 + tid];
-          const float mm = fmaxf(m[n8][e], m1), mz = mm == -INFINITY ? 0.f : mm;
-          a0[n8][e] = exp2f(m[n8][e] - mz);
-          a1[n8][e] = exp2f(m1 - mz);
-          Lq[n8][e] = Lq[n8][e] * a0[n8][e] + L1 * a1[n8][e];
-          m[n8][e] = mm;
-        }
-#pragma unroll
-      for (int i = 0; i < 8; ++i)
-#pragma unroll
-        for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-          for (int r = 0; r < 4; ++r)
-            oacc[i][n8][r] = oacc[i][n8][r] * a0[n8][r & 1] + sMerge[((i * 2 + n8) * 4 + r) * 128 + tid] * a1[n8][r & 1];
-      // Row q's dims 128 wi + 16 g + 2 i + h sit in oacc[i][n8][2 h + e]: 16 consecutive floats per thread.
-#pragma unroll
-      for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int q = n8 * 8 + c4 * 2 + e;
-          const float L = Lq[n8][e];
-          if (q >= p.GH) continue;
-          const float inv = L > 0.f ? out_mul / L : 0.f;
-          float4* o = reinterpret_cast<float4*>(p.o_part + ((long long)si * p.GH + q) * kDl + 128 * wi + 16 * g);
-#pragma unroll
-          for (int i4 = 0; i4 < 4; ++i4)
-            o[i4] = make_float4(oacc[2 * i4][n8][e] * inv, oacc[2 * i4][n8][2 + e] * inv,
-                                oacc[2 * i4 + 1][n8][e] * inv, oacc[2 * i4 + 1][n8][2 + e] * inv);
-          if (wi == 0 && g == 0) p.lse_part[(long long)si * p.GH + q] = L > 0.f ? (m[n8][e] + __log2f(L)) * kLn2 : -INFINITY;
-        }
-    }
-    NamedBarSync(4, 256);      // sMerge is rewritten by the next segment
-    NamedBarSync(1 + w, 128);  // red is reused by the next segment
+    RawTileSegmentEnd(p, si, w, wi, lane, tid, own, myRed, sMerge, oacc, m, l, out_mul);
     kbase += n;
     ++sc;
   }
