@@ -290,7 +290,8 @@ __device__ __forceinline__ void RawTileSegmentEnd(const Params& p, int si, int w
 // tile and release it): the producer alone; bit 2: V^T fragments without the E4M3 conversion; bit 3: no S
 // wgmma; bit 4: no PV wgmma. Variants (correct kernels): bit 5: TMA loads with an L2 evict-first hint; bit 6:
 // S waits for the whole tile, then one proxy fence (instead of one per block); bit 8: every consumer thread arrives
-// on a buffer's empty barrier (instead of lane 0 of each warp after __syncwarp).
+// on a buffer's empty barrier (instead of lane 0 of each warp after __syncwarp). Bit 9: S promoted to f32 per 128-feature block
+// (see there; not yet run on a GPU).
 template <bool kBf16, bool kTma, int kVar = 0>
 __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParams qp, const __grid_constant__ Q8Maps maps) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -507,34 +508,76 @@ __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParam
 #pragma unroll
       for (int i = 0; i < 4; ++i) s2[i][0] = s2[i][1] = s2[i][2] = s2[i][3] = 0.f;
       FenceRegs(s2);
-      if constexpr ((kVar & 64) != 0) {
-        for (int c = 0; c < 5; ++c) MbarWait(&bars->full[buf][c], par);
-        FenceProxyAsync();
-        WgFence();
-      }
+      if constexpr ((kVar & 512) != 0) {
+        // Variant (bit 9, not yet run on a GPU): each 128-feature block (4 k32 steps; the rope: 2) accumulates into a
+        // fresh register set and is added to s2 in f32 on the CUDA cores once retired, two sets alternating (the fp8
+        // tensor cores keep fewer accumulator bits than f32 across a 576-long chain: lse off by up to 2e-2 on the
+        // standalone's wide-range codes, benchmarks/NOTES.md session 9).
+        float acc[2][4][4];
 #pragma unroll
-      for (int c = 0; c < 5; ++c) {
-        if constexpr ((kVar & 64) == 0) {
+        for (int c = 0; c < 5; ++c) {
           MbarWait(&bars->full[buf][c], par);
           FenceProxyAsync();  // cp.async-filled tiles (generic writes) -> wgmma reads
+          float (&a)[4][4] = acc[c & 1];
+          if (c >= 2) {  // block c - 2 used this set: retired by the first wait (everything) / the later ones (all but one)
+            if (c == 2) WgWait0();
+            else WgWait<1>();
+            FenceRegs(a);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) s2[i][0] += a[i][0], s2[i][1] += a[i][1], s2[i][2] += a[i][2], s2[i][3] += a[i][3];
+          }
+#pragma unroll
+          for (int i = 0; i < 4; ++i) a[i][0] = a[i][1] = a[i][2] = a[i][3] = 0.f;
+          FenceRegs(a);
           WgFence();
-        }
-        if constexpr ((kVar & 8) == 0) {
           if (c < 4) {
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk)
-              Wgmma_m64n32k32_e4m3(s2, Desc(base + c * (kTokTile * 128) + kk * 32, 16, 1024),
+              Wgmma_m64n32k32_e4m3(a, Desc(base + c * (kTokTile * 128) + kk * 32, 16, 1024),
                                    Desc(q8a + c * (kQ8QRows * 128) + kk * 32, 16, 1024));
           } else {
 #pragma unroll
             for (int kk = 0; kk < 2; ++kk)
-              Wgmma_m64n32k32_e4m3(s2, Desc64(base + 4 * (kTokTile * 128) + kk * 32), Desc64(q8a + 4 * (kQ8QRows * 128) + kk * 32));
+              Wgmma_m64n32k32_e4m3(a, Desc64(base + 4 * (kTokTile * 128) + kk * 32), Desc64(q8a + 4 * (kQ8QRows * 128) + kk * 32));
+          }
+          WgCommit();
+        }
+        WgWait0();
+        FenceRegs(acc[0]); FenceRegs(acc[1]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)  // blocks 3 (set 1) and 4 (set 0)
+          s2[i][0] += acc[1][i][0] + acc[0][i][0], s2[i][1] += acc[1][i][1] + acc[0][i][1],
+          s2[i][2] += acc[1][i][2] + acc[0][i][2], s2[i][3] += acc[1][i][3] + acc[0][i][3];
+      } else {
+        if constexpr ((kVar & 64) != 0) {
+          for (int c = 0; c < 5; ++c) MbarWait(&bars->full[buf][c], par);
+          FenceProxyAsync();
+          WgFence();
+        }
+#pragma unroll
+        for (int c = 0; c < 5; ++c) {
+          if constexpr ((kVar & 64) == 0) {
+            MbarWait(&bars->full[buf][c], par);
+            FenceProxyAsync();  // cp.async-filled tiles (generic writes) -> wgmma reads
+            WgFence();
+          }
+          if constexpr ((kVar & 8) == 0) {
+            if (c < 4) {
+#pragma unroll
+              for (int kk = 0; kk < 4; ++kk)
+                Wgmma_m64n32k32_e4m3(s2, Desc(base + c * (kTokTile * 128) + kk * 32, 16, 1024),
+                                     Desc(q8a + c * (kQ8QRows * 128) + kk * 32, 16, 1024));
+            } else {
+#pragma unroll
+              for (int kk = 0; kk < 2; ++kk)
+                Wgmma_m64n32k32_e4m3(s2, Desc64(base + 4 * (kTokTile * 128) + kk * 32), Desc64(q8a + 4 * (kQ8QRows * 128) + kk * 32));
+            }
           }
         }
+        WgCommit();
+        WgWait0();  // also retires this consumer's PV of its previous tile
+        FenceRegs(s2);
       }
-      WgCommit();
-      WgWait0();  // also retires this consumer's PV of its previous tile
-      FenceRegs(s2);
       float st[2][4];  // logits (log2 units, before masking) of query rows n8 * 8 + 2 c4 + (i & 1)
 #pragma unroll
       for (int n8 = 0; n8 < 2; ++n8)
