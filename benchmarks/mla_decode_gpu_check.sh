@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: load (or build) the FFI library, gpu-marked contract tests, compute-sanitizer
 # memcheck + racecheck on a small case, then the benchmark. Logs go to ${OUT:-/tmp/out}.
-# Usage: bash benchmarks/mla_decode_gpu_check.sh [standalone] [tests] [formats] [sanitize] [trace] [q8] [repeat]
+# Usage: bash benchmarks/mla_decode_gpu_check.sh [standalone] [tests] [formats] [sanitize] [trace] [q8] [q4] [repeat]
 #                                                 [bench ARGS...]
 #   formats: gpu-marked FP8/NVFP4 page tests (tests/test_mla_decode_formats.py)
 #   trace: the seesaw kernel's timeline (standalone driver built with -DHELIX_SS_TRACE, then its load-path
@@ -9,6 +9,7 @@
 #   repeat: every GPU contract case 3x per seesaw load path, vs the oracle and bitwise (races)
 #   q8: the fp8 small-G*H kernel (mla_small_q8): standalone checks + timings/probes, then the three sanitizers
 #       on its checks (benchmarks/NOTES.md, session 8)
+#   q4: the nvfp4 small-G*H kernel (mla_small_q4): the same (benchmarks/NOTES.md, session 9)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
@@ -61,6 +62,18 @@ while [ $# -gt 0 ]; do
       for tool in memcheck synccheck racecheck; do
         timeout 120 compute-sanitizer --tool $tool $bin q8 999 > "$OUT/q8_$tool.log" 2>&1
         echo "== q8 $tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/q8_$tool.log"
+      done ;;
+    q4) shift
+      # The nvfp4 small-G*H kernel (mla_small_q4): standalone checks (incl. a ring-wrapping case), timings per batch in
+      # separate processes (a fault poisons the process), the sanitizers on the checks (benchmarks/NOTES.md, session 9).
+      bin=/tmp/mla_standalone_q4
+      nvcc -std=c++17 -O3 -lineinfo -gencode=arch=compute_90a,code=sm_90a --use_fast_math -diag-suppress 940,2473,128 -Xcompiler -Wno-return-type \
+        -I"$(python3 -c 'import jax.ffi; print(jax.ffi.include_dir())')" -Iffi/src benchmarks/mla_decode_standalone.cu -o $bin &&
+        timeout 120 $bin q4 999 > "$OUT/q4_checks.log" 2>&1; echo "== q4 checks rc=$?"; grep -E "passing" "$OUT/q4_checks.log"
+      for B in 64 1 128; do timeout 150 $bin q4 $B 2>&1 | tee "$OUT/q4_B$B.log" | grep -E "^q4"; done
+      for tool in memcheck synccheck racecheck; do
+        timeout 150 compute-sanitizer --tool $tool $bin q4 999 > "$OUT/q4_$tool.log" 2>&1
+        echo "== q4 $tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/q4_$tool.log"
       done ;;
     repeat) shift
       for ld in tma_evict_first cpasync tma tma_multicast; do
