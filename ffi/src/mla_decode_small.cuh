@@ -75,6 +75,27 @@ __device__ __forceinline__ void SmPutColumns(float* red, int wi, int lane, const
       for (int e = 0; e < 2; ++e) red[wi * 16 + n8 * 8 + lane * 2 + e] = v[n8][e];
 }
 
+// A segment without tiles (never produced by the schedule): keep its partial defined (o = 0, lse = -inf); lanes 0..3
+// of one warp.
+__device__ __forceinline__ void SmEmptyPartial(const Params& p, int si, int lane) {
+  for (int q = lane; q < p.GH; q += 4) {
+    for (int d = 0; d < kDl; ++d) p.o_part[((long long)si * p.GH + q) * kDl + d] = 0.f;
+    p.lse_part[(long long)si * p.GH + q] = -INFINITY;
+  }
+}
+
+// Bounds of a thread's four query rows (columns of S^T: q = n8 * 8 + 2 c4 + e) of sequence b, clamped to [0, cap]; 0 for
+// padding rows q >= G*H.
+__device__ __forceinline__ void SmRowBounds(int (&bq)[2][2], const Params& p, int b, int c4) {
+#pragma unroll
+  for (int n8 = 0; n8 < 2; ++n8)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int q = n8 * 8 + c4 * 2 + e;
+      bq[n8][e] = q < p.GH ? min(max(p.bounds[b * p.G + q / p.H], 0), p.cap) : 0;
+    }
+}
+
 // kH = tokens per producer thread (2 with one producer warpgroup, 1 with two).
 template <int kFmt, int kH>
 struct SmRaw;
@@ -402,22 +423,11 @@ __global__ void __launch_bounds__(128 * (kNc + kNp), 1) mla_small_gh(Params p, S
     const int4 seg = s.seg[si];
     const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
     if (n <= 0) {
-      if (w == 0 && wi == 0 && lane < 4)  // never produced by the schedule; keep the partial defined
-        for (int q = lane; q < p.GH; q += 4) {
-          for (int d = 0; d < kDl; ++d) p.o_part[((long long)si * p.GH + q) * kDl + d] = 0.f;
-          p.lse_part[(long long)si * p.GH + q] = -INFINITY;
-        }
+      if (w == 0 && wi == 0 && lane < 4) SmEmptyPartial(p, si, lane);
       continue;
     }
-    // This thread's four query rows (columns of S^T): q = n8 * 8 + (lane & 3) * 2 + e.
-    int bq[2][2];
-#pragma unroll
-    for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int q = n8 * 8 + (lane & 3) * 2 + e;
-        bq[n8][e] = q < p.GH ? min(max(p.bounds[b * p.G + q / p.H], 0), p.cap) : 0;
-      }
+    int bq[2][2];  // bounds of this thread's four query rows (columns of S^T): q = n8 * 8 + 2 (lane & 3) + e
+    SmRowBounds(bq, p, b, lane & 3);
     MbarWait(&bars->q_full, sc & 1);
     float slq[2][2];  // logit factor per query row: scale * log2(e) [* 1/kv_scale * Q row factor]
 #pragma unroll

@@ -296,21 +296,11 @@ __global__ void __launch_bounds__(384, 1) mla_small_q4(Params p, Sched s, QParam
     const int4 seg = s.seg[si];
     const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
     if (n <= 0) {
-      if (w == 0 && wi == 0 && lane < 4)  // never produced by the schedule; keep the partial defined
-        for (int q = lane; q < p.GH; q += 4) {
-          for (int d = 0; d < kDl; ++d) p.o_part[((long long)si * p.GH + q) * kDl + d] = 0.f;
-          p.lse_part[(long long)si * p.GH + q] = -INFINITY;
-        }
+      if (w == 0 && wi == 0 && lane < 4) SmEmptyPartial(p, si, lane);
       continue;
     }
     int bq[2][2];  // bounds of this thread's four query rows (columns of S^T): q = n8 * 8 + 2 c4 + e
-#pragma unroll
-    for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int q = n8 * 8 + c4 * 2 + e;
-        bq[n8][e] = q < p.GH ? min(max(p.bounds[b * p.G + q / p.H], 0), p.cap) : 0;
-      }
+    SmRowBounds(bq, p, b, c4);
     MbarWait(&bars->q_full, sc & 1);
     float slq[2][2];  // scale * log2(e) / global_scale * 2^-k of the row
 #pragma unroll
