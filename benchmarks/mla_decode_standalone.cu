@@ -387,9 +387,11 @@ int main(int argc, char** argv) {
       for (int r = 0; r < 3; ++r) {
         const float bf = TimeMs<kSmallGh, kFmtNative, 32>(d, 10);
         const float t0 = TimeMs<kSmallQ8, kFmtFp8>(d, 10, qp), t32 = TimeMs<kSmallQ8, kFmtFp8, 32>(d, 10, qp),
-                    t64 = TimeMs<kSmallQ8, kFmtFp8, 64>(d, 10, qp), t96 = TimeMs<kSmallQ8, kFmtFp8, 96>(d, 10, qp);
-        std::printf("q8var B=%d round %d: bf16 %.4f | q8 %.4f (%.3fx) | evict-first %.4f (%.3fx) | one fence %.4f (%.3fx) | both %.4f (%.3fx)\n",
-                    B, r, bf, t0, bf / t0, t32, bf / t32, t64, bf / t64, t96, bf / t96);
+                    t64 = TimeMs<kSmallQ8, kFmtFp8, 64>(d, 10, qp), t96 = TimeMs<kSmallQ8, kFmtFp8, 96>(d, 10, qp),
+                    t512 = TimeMs<kSmallQ8, kFmtFp8, 512>(d, 10, qp);
+        std::printf("q8var B=%d round %d: bf16 %.4f | q8 %.4f (%.3fx) | evict-first %.4f (%.3fx) | one fence %.4f (%.3fx) | both %.4f (%.3fx)"
+                    " | S promoted (512) %.4f (%.3fx)\n",
+                    B, r, bf, t0, bf / t0, t32, bf / t32, t64, bf / t64, t96, bf / t96, t512, bf / t512);
       }
       FreeQuant(qp);
       Free(d);
