@@ -75,6 +75,12 @@ __device__ __forceinline__ void SmPutColumns(float* red, int wi, int lane, const
       for (int e = 0; e < 2; ++e) red[wi * 16 + n8 * 8 + lane * 2 + e] = v[n8][e];
 }
 
+// The 8 x m64n16 O^T accumulators of a consumer thread through a register fence (FenceRegs on each m-block).
+__device__ __forceinline__ void FenceAcc(float (&o)[8][2][4]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) FenceRegs(o[i]);
+}
+
 // A segment without tiles (never produced by the schedule): keep its partial defined (o = 0, lse = -inf); lanes 0..3
 // of one warp.
 __device__ __forceinline__ void SmEmptyPartial(const Params& p, int si, int lane) {
@@ -208,28 +214,39 @@ __device__ __forceinline__ void SmConvertUnit(uint16_t* dst, const SmRaw<kFmt, k
 // Quantized pages run the math in f16: the 16-row Q tile (loaded in the q dtype) is rewritten in place as
 // f16 with a power-of-two row scale 2^k (row max in [2^14, 2^15): exact for every element above 2^-24 of
 // the max) and qs[r] = 2^-k multiplies row r's logits. 8 producer threads per row.
+// One 16-bit element of the kernel's query type (low 16 bits of h) as float.
 template <bool kBf16>
-__device__ __forceinline__ void SmQToF16(uint16_t* sQ, float* qs, int pt) {
-  const int r = pt >> 3, part = pt & 7;
-  auto val = [](uint16_t h) {
-    if constexpr (kBf16) return __uint_as_float((uint32_t)h << 16);
-    else return __half2float(__ushort_as_half(h));
-  };
+__device__ __forceinline__ float SmQVal(uint32_t h) {
+  if constexpr (kBf16) return __uint_as_float((h & 0xFFFFu) << 16);
+  else return __half2float(__ushort_as_half((unsigned short)(h & 0xFFFFu)));
+}
+
+// Power-of-two scale 2^k of Q row r (Off16 layout) that puts its max in [2^14, 2^15) (1 for an all-zero row);
+// qs[r] = 2^-k. Thread `part` (0..7) of the row's 8 reads chunks part + 8 i.
+template <bool kBf16>
+__device__ __forceinline__ float SmQRowScale(const uint16_t* sQ, float* qs, int r, int part) {
   float amax = 0.f;
 #pragma unroll
   for (int i = 0; i < 9; ++i) {
     const uint4 v = *reinterpret_cast<const uint4*>(sQ + Off16(r, part + 8 * i));
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int k = 0; k < 4; ++k) amax = fmaxf(amax, fmaxf(fabsf(val(w[k] & 0xFFFF)), fabsf(val(w[k] >> 16))));
+    for (int k = 0; k < 4; ++k) amax = fmaxf(amax, fmaxf(fabsf(SmQVal<kBf16>(w[k])), fabsf(SmQVal<kBf16>(w[k] >> 16))));
   }
 #pragma unroll
   for (int off = 1; off < 8; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
   int e = 0;
   if (amax > 0.f) frexpf(amax, &e);            // amax = m 2^e, m in [0.5, 1)
   const int k = amax > 0.f ? min(15 - e, 120) : 0;
-  const float sc = ldexpf(1.f, k);
   if (part == 0) qs[r] = ldexpf(1.f, -k);
+  return ldexpf(1.f, k);
+}
+
+template <bool kBf16>
+__device__ __forceinline__ void SmQToF16(uint16_t* sQ, float* qs, int pt) {
+  const int r = pt >> 3, part = pt & 7;
+  auto val = [](uint32_t h) { return SmQVal<kBf16>(h); };
+  const float sc = SmQRowScale<kBf16>(sQ, qs, r, part);
 #pragma unroll
   for (int i = 0; i < 9; ++i) {
     uint16_t* ptr = sQ + Off16(r, part + 8 * i);
@@ -472,8 +489,7 @@ __global__ void __launch_bounds__(128 * (kNc + kNp), 1) mla_small_gh(Params p, S
       WgCommit();
       WgWait0();  // one consumer: also retires PV_{j-1}, whose buffer goes back to the producer
       FenceRegs(st);
-      FenceRegs(oacc[0]); FenceRegs(oacc[1]); FenceRegs(oacc[2]); FenceRegs(oacc[3]);
-      FenceRegs(oacc[4]); FenceRegs(oacc[5]); FenceRegs(oacc[6]); FenceRegs(oacc[7]);
+      FenceAcc(oacc);
       if (kNc == 1 && own >= 1) MbarArrive(&bars->empty[(k - 1) & 1][0]);
 
       // Column softmax (log2 units): mask token t by row q's bound, max over the 64 tokens.
@@ -526,8 +542,7 @@ __global__ void __launch_bounds__(128 * (kNc + kNp), 1) mla_small_gh(Params p, S
         }
       FenceProxyAsync();          // P^T stores -> wgmma
       NamedBarSync(1 + w, 128);   // all of P^T written
-      FenceRegs(oacc[0]); FenceRegs(oacc[1]); FenceRegs(oacc[2]); FenceRegs(oacc[3]);
-      FenceRegs(oacc[4]); FenceRegs(oacc[5]); FenceRegs(oacc[6]); FenceRegs(oacc[7]);
+      FenceAcc(oacc);
       WgFence();
       // O^T[64 i.., 16] += V^T[dims 64 i.., 16 tokens] P^T[16 tokens, 16 rows], V^T read MN-major.
 #pragma unroll
@@ -541,14 +556,12 @@ __global__ void __launch_bounds__(128 * (kNc + kNp), 1) mla_small_gh(Params p, S
         // Two consumers: buffer w holds this consumer's next tile too, so it is released as soon as PV is
         // done (the other consumer's work fills the gap a one-consumer kernel covers by deferring).
         WgWait0();
-        FenceRegs(oacc[0]); FenceRegs(oacc[1]); FenceRegs(oacc[2]); FenceRegs(oacc[3]);
-        FenceRegs(oacc[4]); FenceRegs(oacc[5]); FenceRegs(oacc[6]); FenceRegs(oacc[7]);
+        FenceAcc(oacc);
         MbarArrive(&bars->empty[buf][0]);
       }
     }
     WgWait0();
-    FenceRegs(oacc[0]); FenceRegs(oacc[1]); FenceRegs(oacc[2]); FenceRegs(oacc[3]);
-    FenceRegs(oacc[4]); FenceRegs(oacc[5]); FenceRegs(oacc[6]); FenceRegs(oacc[7]);
+    FenceAcc(oacc);
     if (kNc == 1 && own >= 1) MbarArrive(&bars->empty[(kbase + n - 1) & 1][0]);  // the segment's last tile
     MbarArrive(&bars->q_empty);
 

@@ -74,25 +74,8 @@ __device__ __forceinline__ int Q4Perm(int f) {
 template <bool kBf16>
 __device__ __forceinline__ void Q4FromQ(uint16_t* sQp, float* qs, const uint16_t* sQ, int pt) {
   const int r = pt >> 3, part = pt & 7;
-  auto val = [](uint32_t h) {
-    if constexpr (kBf16) return __uint_as_float((h & 0xFFFFu) << 16);
-    else return __half2float(__ushort_as_half((unsigned short)(h & 0xFFFFu)));
-  };
-  float amax = 0.f;
-#pragma unroll
-  for (int i = 0; i < 9; ++i) {
-    const uint4 v = *reinterpret_cast<const uint4*>(sQ + Off16(r, part + 8 * i));
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) amax = fmaxf(amax, fmaxf(fabsf(val(w[k])), fabsf(val(w[k] >> 16))));
-  }
-#pragma unroll
-  for (int off = 1; off < 8; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  int e = 0;
-  if (amax > 0.f) frexpf(amax, &e);  // amax = m 2^e, m in [0.5, 1)
-  const int k = amax > 0.f ? min(15 - e, 120) : 0;
-  const float sc = ldexpf(1.f, k);
-  if (part == 0) qs[r] = ldexpf(1.f, -k);
+  auto val = [](uint32_t h) { return SmQVal<kBf16>(h); };
+  const float sc = SmQRowScale<kBf16>(sQ, qs, r, part);
 #pragma unroll 1
   for (int i = 0; i < 9; ++i) {
     const int ch = part + 8 * i;  // features 8 ch .. 8 ch + 7
@@ -389,13 +372,11 @@ __global__ void __launch_bounds__(384, 1) mla_small_q4(Params p, Sched s, QParam
       for (int n8 = 0; n8 < 2; ++n8)
 #pragma unroll
         for (int i = 0; i < 4; ++i) st[n8][i] = s2[n8][i] * slq[n8][i & 1];
-      FenceRegs(oacc[0]); FenceRegs(oacc[1]); FenceRegs(oacc[2]); FenceRegs(oacc[3]);
-      FenceRegs(oacc[4]); FenceRegs(oacc[5]); FenceRegs(oacc[6]); FenceRegs(oacc[7]);
+      FenceAcc(oacc);
 
       // Column softmax (log2 units), P^T, O^T rescaled.
       RawTileSoftmax(st, bq, (blk0 + j) * kTokTile, ta, tb, w, wi, lane, myRed + (own & 1) * 64, myPT, m, l, oacc);
-      FenceRegs(oacc[0]); FenceRegs(oacc[1]); FenceRegs(oacc[2]); FenceRegs(oacc[3]);
-      FenceRegs(oacc[4]); FenceRegs(oacc[5]); FenceRegs(oacc[6]); FenceRegs(oacc[7]);
+      FenceAcc(oacc);
       // O^T += V^T P^T, 16 tokens per step. A thread's dims are latent block 8 wi + g: code bytes 64 wi + 8 g .. + 7
       // (logical chunk 4 wi + g / 2, half g & 1) and scale byte 8 wi + g of each token.
       const unsigned char* vt = tile + (wi >> 1) * (kTokTile * 128) + (g & 1) * 8;
@@ -445,12 +426,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q4(Params p, Sched s, QParam
         }
       }
     }
-    WgWait0();
-    FenceRegs(oacc[0]); FenceRegs(oacc[1]); FenceRegs(oacc[2]); FenceRegs(oacc[3]);
-    FenceRegs(oacc[4]); FenceRegs(oacc[5]); FenceRegs(oacc[6]); FenceRegs(oacc[7]);
-    MbarArrive(&bars->q_empty);
-
-    RawTileSegmentEnd(p, si, w, wi, lane, tid, own, myRed, sMerge, oacc, m, l, out_mul);
+    RawTileSegmentEnd(p, si, w, wi, lane, tid, own, myRed, sMerge, oacc, m, l, out_mul, &bars->q_empty);
     kbase += n;
     ++sc;
   }

@@ -143,6 +143,20 @@ __device__ __forceinline__ void Q8FromQ(unsigned char* sQ8, float* qs, const uin
   }
 }
 
+// S^T's wgmmas on block c of a raw fp8 tile at shared address `base` (c < 4: latent block c, 4 k32 steps, 128-byte
+// swizzle; c = 4: the rope, 2 steps, 64-byte swizzle) against the two-term E4M3 Q at q8a, accumulating into s.
+__device__ __forceinline__ void Q8SBlock(float (&s)[4][4], uint32_t base, uint32_t q8a, int c) {
+  if (c < 4) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      Wgmma_m64n32k32_e4m3(s, Desc(base + c * (kTokTile * 128) + kk * 32, 16, 1024), Desc(q8a + c * (kQ8QRows * 128) + kk * 32, 16, 1024));
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk)
+      Wgmma_m64n32k32_e4m3(s, Desc64(base + 4 * (kTokTile * 128) + kk * 32), Desc64(q8a + 4 * (kQ8QRows * 128) + kk * 32));
+  }
+}
+
 // One tile's column softmax in the raw-tile kernels (log2 units, as mla_small_gh), called by the consumer that owns
 // the tile: masks the logits st of token rows ta / tb (tile start t0) by the rows' bounds bq, exchanges the column
 // maxima across the 4 warps through red (barrier 1 + w), updates m and l, writes P^T (f16) to myPT, rescales O^T and
@@ -199,14 +213,18 @@ __device__ __forceinline__ void RawTileSoftmax(float (&st)[2][4], const int (&bq
   NamedBarSync(1 + w, 128);  // all of P^T written
 }
 
-// End of a segment in the raw-tile kernels (mla_small_q8, mla_small_q4), called by both consumers: column sums of l
+// End of a segment in the raw-tile kernels (mla_small_q8, mla_small_q4), called by both consumers: retires the last
+// PVs and releases Q, then column sums of l
 // over the 64 token rows, the exact two-consumer merge (as mla_small_gh: consumer 1 hands O^T, m and L over
 // thread-linearly through sMerge), consumer 0 writes the partial (o, lse) of segment si, times out_mul.
 // Row q's dims 128 wi + 16 g + 2 i + h sit in oacc[i][n8][2 h + e]: 16 consecutive floats per thread.
 __device__ __forceinline__ void RawTileSegmentEnd(const Params& p, int si, int w, int wi, int lane, int tid, int own, float* myRed,
                                                   float* sMerge, float (&oacc)[8][2][4], float (&m)[2][2], const float (&l)[2][2],
-                                                  float out_mul) {
+                                                  float out_mul, uint64_t* q_empty) {
   const int g = lane >> 2, c4 = lane & 3;
+  WgWait0();  // this consumer's last PVs
+  FenceAcc(oacc);
+  MbarArrive(q_empty);  // Q may be replaced by the next segment's
   float* red = myRed + (own & 1) * 64;
   float lt[2][2];
 #pragma unroll
@@ -520,16 +538,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParam
           for (int i = 0; i < 4; ++i) a[i][0] = a[i][1] = a[i][2] = a[i][3] = 0.f;
           FenceRegs(a);
           WgFence();
-          if (c < 4) {
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk)
-              Wgmma_m64n32k32_e4m3(a, Desc(base + c * (kTokTile * 128) + kk * 32, 16, 1024),
-                                   Desc(q8a + c * (kQ8QRows * 128) + kk * 32, 16, 1024));
-          } else {
-#pragma unroll
-            for (int kk = 0; kk < 2; ++kk)
-              Wgmma_m64n32k32_e4m3(a, Desc64(base + 4 * (kTokTile * 128) + kk * 32), Desc64(q8a + 4 * (kQ8QRows * 128) + kk * 32));
-          }
+          Q8SBlock(a, base, q8a, c);
           WgCommit();
         }
         WgWait0();
@@ -551,18 +560,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParam
             FenceProxyAsync();  // cp.async-filled tiles (generic writes) -> wgmma reads
             WgFence();
           }
-          if constexpr ((kVar & 8) == 0) {
-            if (c < 4) {
-#pragma unroll
-              for (int kk = 0; kk < 4; ++kk)
-                Wgmma_m64n32k32_e4m3(s2, Desc(base + c * (kTokTile * 128) + kk * 32, 16, 1024),
-                                     Desc(q8a + c * (kQ8QRows * 128) + kk * 32, 16, 1024));
-            } else {
-#pragma unroll
-              for (int kk = 0; kk < 2; ++kk)
-                Wgmma_m64n32k32_e4m3(s2, Desc64(base + 4 * (kTokTile * 128) + kk * 32), Desc64(q8a + 4 * (kQ8QRows * 128) + kk * 32));
-            }
-          }
+          if constexpr ((kVar & 8) == 0) Q8SBlock(s2, base, q8a, c);
         }
         WgCommit();
         WgWait0();  // also retires this consumer's PV of its previous tile
@@ -573,13 +571,11 @@ __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParam
       for (int n8 = 0; n8 < 2; ++n8)
 #pragma unroll
         for (int i = 0; i < 4; ++i) st[n8][i] = s2[n8][i] * slq[n8][i & 1] + s2[2 + n8][i] * slo[n8][i & 1];
-      FenceRegs(oacc[0]); FenceRegs(oacc[1]); FenceRegs(oacc[2]); FenceRegs(oacc[3]);
-      FenceRegs(oacc[4]); FenceRegs(oacc[5]); FenceRegs(oacc[6]); FenceRegs(oacc[7]);
+      FenceAcc(oacc);
 
       // Column softmax (log2 units), P^T, O^T rescaled.
       RawTileSoftmax(st, bq, (blk0 + j) * kTokTile, ta, tb, w, wi, lane, myRed + (own & 1) * 64, myPT, m, l, oacc);
-      FenceRegs(oacc[0]); FenceRegs(oacc[1]); FenceRegs(oacc[2]); FenceRegs(oacc[3]);
-      FenceRegs(oacc[4]); FenceRegs(oacc[5]); FenceRegs(oacc[6]); FenceRegs(oacc[7]);
+      FenceAcc(oacc);
       // O^T += V^T P^T, 16 tokens per step; V^T fragments converted from the raw tile.
       // One commit group per 16 tokens; at most two in flight, so 64 fragment registers stay pinned.
       const unsigned char* vt = ring + buf * kQ8TileBytes + wi * (kTokTile * 128);  // latent block wi
@@ -618,12 +614,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParam
         WgCommit();
       }
     }
-    WgWait0();
-    FenceRegs(oacc[0]); FenceRegs(oacc[1]); FenceRegs(oacc[2]); FenceRegs(oacc[3]);
-    FenceRegs(oacc[4]); FenceRegs(oacc[5]); FenceRegs(oacc[6]); FenceRegs(oacc[7]);
-    MbarArrive(&bars->q_empty);
-
-    RawTileSegmentEnd(p, si, w, wi, lane, tid, own, myRed, sMerge, oacc, m, l, out_mul);
+    RawTileSegmentEnd(p, si, w, wi, lane, tid, own, myRed, sMerge, oacc, m, l, out_mul, &bars->q_empty);
     kbase += n;
     ++sc;
   }
