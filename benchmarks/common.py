@@ -9,6 +9,7 @@ import datetime as _dt
 import json
 import pathlib
 import platform
+import re
 import statistics
 import subprocess
 import time
@@ -16,7 +17,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-__all__ = ["device_line", "today", "time_ms", "copy_tb_per_s", "matmul_tflop_per_s", "ceilings",
+__all__ = ["device_line", "today", "time_ms", "time_kernels_ms", "kernel_summary", "copy_tb_per_s", "matmul_tflop_per_s", "ceilings",
            "write_results", "markdown_table"]
 
 
@@ -54,6 +55,45 @@ def time_ms(f, *args, iterations: int = 20) -> float:
         jax.block_until_ready(f(*args))
         ts.append((time.perf_counter() - t0) * 1e3)
     return float(statistics.median(ts))
+
+
+def _short_kernel_name(name: str) -> str:
+    """A CUDA kernel name, mangled or not -> its identifier (``mla_small_q8``), else its first 40 characters."""
+    if name.startswith("_Z"):  # Itanium mangling: a nested name is a run of length-prefixed identifiers
+        pos = 3 if name.startswith("_ZN") else 2
+        while (m := re.match(r"\d+", name[pos:])) is not None:
+            n = int(m.group(0))
+            ident = name[pos + m.end():pos + m.end() + n]
+            if ident.startswith("mla_"):
+                return ident
+            pos += m.end() + n
+    m = re.search(r"\b(mla_[A-Za-z0-9_]+)", name)
+    return m.group(1) if m else name[:40]
+
+
+def time_kernels_ms(f, *args, iterations: int = 20) -> tuple[float, dict[str, float]]:
+    """``(median total ms, {kernel: median ms})`` of ``f(*args)`` on GPU (CUPTI, one entry per launch name;
+    repeated names are summed within an iteration). Elsewhere: ``(time_ms(...), {})``."""
+    if jax.default_backend() != "gpu":
+        return time_ms(f, *args, iterations=iterations), {}
+    from jax.experimental.mosaic.gpu import profiler
+    _, per_iter = profiler.measure(f, aggregate=False, iterations=iterations)(*args)
+    per_iter = per_iter if iterations > 1 else [per_iter]
+    totals, by_name = [], {}
+    for it in per_iter:
+        totals.append(sum(t for _, t in it))
+        seen: dict[str, float] = {}
+        for name, t in it:
+            k = _short_kernel_name(name)
+            seen[k] = seen.get(k, 0.0) + t
+        for k, t in seen.items():
+            by_name.setdefault(k, []).append(t)
+    return float(statistics.median(totals)), {k: float(statistics.median(v)) for k, v in by_name.items()}
+
+
+def kernel_summary(kernels: dict[str, float]) -> str:
+    """``{"mla_schedule": 0.0042, ...}`` -> ``"mla_schedule 4.2 / ..."`` in microseconds, launch order."""
+    return " / ".join(f"{k} {v * 1e3:.1f}" for k, v in kernels.items())
 
 
 def copy_tb_per_s(nbytes: int = 2 << 30) -> float:

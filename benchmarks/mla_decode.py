@@ -9,8 +9,9 @@ random bf16 pools (scales from the data); queries stay bf16. Each record carries
 (1152 / 576 / 324) and ``speedup_vs_bf16`` = bf16 ms / this ms for the same backend and shape.
 
 Per record: ms (CUPTI kernel time per call, median), KV TB/s (B*L*bytes_per_token / time),
-TFLOP/s (2*B*G*H*L*(576+512) / time) and the fraction of the roofline floor
-max(bytes / copy ceiling, FLOPs / matmul ceiling). Combos that cannot fit or would take too long
+TFLOP/s (2*B*G*H*L*(576+512) / time), the fraction of the roofline floor
+max(bytes / copy ceiling, FLOPs / matmul ceiling) and ``kernel_us``: the call's kernels in launch order with
+their median times in microseconds (GPU only; e.g. the FFI op's schedule / main / combine kernels). Combos that cannot fit or would take too long
 for a backend are skipped and listed in the output. Writes mla_decode_<date>.json + .md.
 """
 from __future__ import annotations
@@ -32,7 +33,7 @@ from helix_jax.ops.mla_decode import mla_decode  # noqa: E402
 
 IMPL = {"xla": "reference", "pallas": "pallas", "ffi": "ffi"}
 COLUMNS = ["backend", "kv_dtype", "B", "L", "G", "H", "page_size", "ms", "kv_tb_per_s", "tflop_per_s",
-           "frac_roofline", "bytes_per_token", "speedup_vs_bf16"]
+           "frac_roofline", "bytes_per_token", "speedup_vs_bf16", "kernel_us"]
 
 
 def ints(s):
@@ -156,7 +157,7 @@ def main(argv=None) -> int:
                         args_ = (q_lat, q_rope, pages, table, bounds)
                         try:
                             jax.block_until_ready(f(*args_))
-                            ms = common.time_ms(f, *args_, iterations=args.iterations)
+                            ms, kernels = common.time_kernels_ms(f, *args_, iterations=args.iterations)
                         except Exception as e:  # noqa: BLE001 - report and keep going
                             skipped.append(f"B={B} L={L} G={G} H={H} {kv_dtype}: {be} failed: {type(e).__name__}: "
                                            f"{str(e)[:200]}")
@@ -166,7 +167,8 @@ def main(argv=None) -> int:
                         rec = dict(backend=be, kv_dtype=kv_dtype, B=B, L=L, G=G, H=H, page_size=P, ms=ms,
                                    kv_tb_per_s=kv_bytes / (ms * 1e-3) / 1e12, tflop_per_s=flops / (ms * 1e-3) / 1e12,
                                    frac_roofline=floor_ms / ms, bytes_per_token=bpt,
-                                   speedup_vs_bf16=base[0] / ms if base else float("nan"))
+                                   speedup_vs_bf16=base[0] / ms if base else float("nan"),
+                                   kernel_us=common.kernel_summary(kernels))
                         records.append(rec)
                         print(" ".join(f"{c}={common.markdown_table([rec], [c]).splitlines()[2][2:-2]}" for c in COLUMNS),
                               flush=True)

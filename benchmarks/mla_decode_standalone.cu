@@ -380,20 +380,23 @@ int main(int argc, char** argv) {
   const bool load = argc > 1 && std::strcmp(argv[1], "load") == 0;      // checks + seesaw load-path timings only
   const float scale = 0.0721f;
   struct CaseDef { int B, G, H, P; std::vector<int> lens; };
-  if (argc > 1 && std::strcmp(argv[1], "q8var") == 0) {  // mla_small_q8 variants, alternating, 3 rounds
+  if (argc > 1 && std::strcmp(argv[1], "q8var") == 0) {  // raw-tile kernel variants, alternating, 5 rounds
+    // bf16 small kernel | mla_small_q8: default, 256 (every consumer thread arrives on empty), 512 (S promoted to f32
+    // per block) | mla_small_q4: default, 256.
     for (int B : {64, 128}) {
       Dev d = UploadTiming(B, 1, 16, 64, 65536, scale);
-      QParams qp = QuantTiming(d, kFmtFp8);
-      for (int r = 0; r < 3; ++r) {
+      QParams qp = QuantTiming(d, kFmtFp8), qp4 = QuantTiming(d, kFmtNvfp4);
+      for (int r = 0; r < 5; ++r) {
         const float bf = TimeMs<kSmallGh, kFmtNative, 32>(d, 10);
-        const float t0 = TimeMs<kSmallQ8, kFmtFp8>(d, 10, qp), t32 = TimeMs<kSmallQ8, kFmtFp8, 32>(d, 10, qp),
-                    t64 = TimeMs<kSmallQ8, kFmtFp8, 64>(d, 10, qp), t96 = TimeMs<kSmallQ8, kFmtFp8, 96>(d, 10, qp),
+        const float t0 = TimeMs<kSmallQ8, kFmtFp8>(d, 10, qp), t256 = TimeMs<kSmallQ8, kFmtFp8, 256>(d, 10, qp),
                     t512 = TimeMs<kSmallQ8, kFmtFp8, 512>(d, 10, qp);
-        std::printf("q8var B=%d round %d: bf16 %.4f | q8 %.4f (%.3fx) | evict-first %.4f (%.3fx) | one fence %.4f (%.3fx) | both %.4f (%.3fx)"
-                    " | S promoted (512) %.4f (%.3fx)\n",
-                    B, r, bf, t0, bf / t0, t32, bf / t32, t64, bf / t64, t96, bf / t96, t512, bf / t512);
+        const float f0 = TimeMs<kSmallQ4, kFmtNvfp4>(d, 10, qp4), f256 = TimeMs<kSmallQ4, kFmtNvfp4, 256>(d, 10, qp4);
+        std::printf("q8var B=%d round %d: bf16 %.4f | q8 %.4f (%.3fx) | all-lane (256) %.4f (%.3fx) | S promoted (512) %.4f (%.3fx)"
+                    " | q4 %.4f (%.3fx) | q4 all-lane (256) %.4f (%.3fx)\n",
+                    B, r, bf, t0, bf / t0, t256, bf / t256, t512, bf / t512, f0, bf / f0, f256, bf / f256);
       }
       FreeQuant(qp);
+      FreeQuant(qp4);
       Free(d);
     }
     return 0;

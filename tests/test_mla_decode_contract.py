@@ -325,3 +325,19 @@ def test_gpu_bad_load_env_names_the_variable():
     out = res.stdout + res.stderr
     assert res.returncode != 0, out[-4000:]
     assert "HELIX_MLA_DECODE_LOAD must be auto, cpasync, tma_evict_first, tma or tma_multicast" in out, out[-4000:]
+
+
+@pytest.mark.gpu
+def test_gpu_tma_l2_promotion_256_and_bad_value():
+    """HELIX_MLA_DECODE_TMA_L2 (the KV tensor maps' L2 promotion; read once per process: subprocesses): 256 passes
+    the GPU contract cases against the oracle and bitwise across calls; a bad value is an error naming the variable."""
+    import subprocess
+    script = [sys.executable, str(ROOT / "benchmarks" / "mla_decode_repeat.py")]
+    res = subprocess.run(script + ["--runs", "2"], env=dict(os.environ, HELIX_MLA_DECODE_TMA_L2="256"),
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
+    res = subprocess.run(script + ["--small", "--runs", "1"], env=dict(os.environ, HELIX_MLA_DECODE_TMA_L2="512"),
+                         capture_output=True, text=True, timeout=300)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0, out[-4000:]
+    assert "HELIX_MLA_DECODE_TMA_L2 must be 128, 256 or none" in out, out[-4000:]

@@ -279,3 +279,36 @@ def test_gpu_r2_examples(fmt, implementation, H, rng):
         differ = bounds != implicit
         gap = np.abs(outs["true"] - outs["implicit"]).max(axis=(-1, -2))
         assert np.all(gap[differ] > 1e-2) and np.all(gap[~differ] == 0)
+
+
+@pytest.mark.gpu
+def test_gpu_fp8_s_f32_accumulation():
+    """HELIX_MLA_DECODE_FP8_S=f32 (mla_small_q8 with S promoted to f32 per 128-feature block; read once per
+    process: a subprocess) passes every fp8 FFI GPU format case."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+    here = pathlib.Path(__file__).resolve().parent
+    env = dict(os.environ, HELIX_MLA_DECODE_FP8_S="f32")
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", str(here / "test_mla_decode_formats.py"),
+                          "-k", "test_gpu_formats and fp8_e4m3 and ffi"],
+                         env=env, capture_output=True, text=True, timeout=900, cwd=here.parent)
+    assert res.returncode == 0 and " passed" in res.stdout, res.stdout[-4000:] + res.stderr[-4000:]
+
+
+@pytest.mark.gpu
+def test_gpu_bad_fp8_s_env_names_the_variable():
+    """A bad HELIX_MLA_DECODE_FP8_S value is an error naming the variable and its values, not a silent default."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+    here = pathlib.Path(__file__).resolve().parent
+    env = dict(os.environ, HELIX_MLA_DECODE_FP8_S="bf16")
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-m", "gpu", str(here / "test_mla_decode_formats.py"),
+                          "-k", "test_gpu_formats and fp8_e4m3 and ffi"],
+                         env=env, capture_output=True, text=True, timeout=900, cwd=here.parent)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0, out[-4000:]
+    assert "HELIX_MLA_DECODE_FP8_S must be fast or f32" in out, out[-4000:]

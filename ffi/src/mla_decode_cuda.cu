@@ -926,6 +926,59 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s, Q
 namespace helix_ffi {
 namespace {
 
+// Online merge of segment partials into a running (m, sum, acc): acc = sum_i exp(lse_i - m) o_i[col..col+3],
+// sum = sum_i exp(lse_i - m), m = max_i lse_i, over segments i = first, first + step, ... < count of the
+// sequence's partial rows r_i = (base + i) * GH + row. Segments go in batches of 4 whose lse and o loads issue
+// together, the next batch's before this one's arithmetic: one L2 round trip per 8 segments of a thread
+// instead of two per segment (the lse pass, then each o load behind its weight's test). A segment of weight 0
+// (lse = -inf: no token of the row in it) adds nothing, whatever its o holds.
+struct MergeState {
+  float m = -INFINITY, sum = 0.f;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+};
+__device__ __forceinline__ void MergeBatch(MergeState& st, const float (&l)[4], const float4 (&v)[4]) {
+  const float mb = fmaxf(fmaxf(l[0], l[1]), fmaxf(l[2], l[3]));
+  if (mb > st.m) {  // new max: rescale what is held (exp(-inf) = 0 for the first finite batch)
+    const float a = __expf(st.m - mb);
+    st.sum *= a;
+    st.acc.x *= a; st.acc.y *= a; st.acc.z *= a; st.acc.w *= a;
+    st.m = mb;
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const bool live = l[k] > -INFINITY;  // then st.m is finite too
+    const float w = live ? __expf(l[k] - st.m) : 0.f;
+    st.sum += w;
+    st.acc.x += live ? w * v[k].x : 0.f; st.acc.y += live ? w * v[k].y : 0.f;
+    st.acc.z += live ? w * v[k].z : 0.f; st.acc.w += live ? w * v[k].w : 0.f;
+  }
+}
+__device__ __forceinline__ void MergeSegments(MergeState& st, const float* __restrict__ o_part,
+                                              const float* __restrict__ lse_part, int base, int count, int GH, int row,
+                                              int col, int first, int step) {
+  auto load = [&](int i0, float (&l)[4], float4 (&v)[4]) {  // segments i0 + k step, k < 4 (past count: lse -inf)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int i = i0 + k * step;
+      const long long r = (long long)(base + min(i, count - 1)) * GH + row;
+      l[k] = i < count ? lse_part[r] : -INFINITY;
+      v[k] = *reinterpret_cast<const float4*>(o_part + r * kDl + col);
+    }
+  };
+  if (first >= count) return;
+  float l0[4], l1[4];
+  float4 v0[4], v1[4];
+  load(first, l0, v0);
+  for (int i0 = first; i0 < count; i0 += 8 * step) {
+    const bool more = i0 + 4 * step < count;
+    if (more) load(i0 + 4 * step, l1, v1);
+    MergeBatch(st, l0, v0);
+    if (!more) break;
+    if (i0 + 8 * step < count) load(i0 + 8 * step, l0, v0);
+    MergeBatch(st, l1, v1);
+  }
+}
+
 // Exact merge of a sequence's segment partials; one 128-thread block per (b, row), 4 columns each.
 template <bool kBf16>
 __global__ void __launch_bounds__(128) mla_combine(const float* __restrict__ o_part, const float* __restrict__ lse_part,
@@ -933,72 +986,50 @@ __global__ void __launch_bounds__(128) mla_combine(const float* __restrict__ o_p
   GridDepWait();  // the main kernel's partials
   const int b = blockIdx.x / GH, row = blockIdx.x % GH;
   const int2 bs = s.batch[b];
-  float m = -INFINITY;
-  for (int i = 0; i < bs.y; ++i) m = fmaxf(m, lse_part[(long long)(bs.x + i) * GH + row]);
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  float sum = 0.f;
-  if (m != -INFINITY) {
-    for (int i = 0; i < bs.y; ++i) {
-      const long long r = (long long)(bs.x + i) * GH + row;
-      const float w = __expf(lse_part[r] - m);
-      if (w == 0.f) continue;  // an empty segment's o is 0 anyway; skip its read
-      sum += w;
-      const float4 v = *reinterpret_cast<const float4*>(o_part + r * kDl + threadIdx.x * 4);
-      acc[0] += w * v.x; acc[1] += w * v.y; acc[2] += w * v.z; acc[3] += w * v.w;
-    }
-  }
-  const float inv = sum > 0.f ? 1.f / sum : 0.f;
+  MergeState st;
+  MergeSegments(st, o_part, lse_part, bs.x, bs.y, GH, row, threadIdx.x * 4, 0, 1);
+  const float inv = st.sum > 0.f ? 1.f / st.sum : 0.f;
   const long long orow = (long long)b * GH + row;
   uint32_t* dst = reinterpret_cast<uint32_t*>(o + orow * kDl + threadIdx.x * 4);
-  dst[0] = Pack2<kBf16>(acc[0] * inv, acc[1] * inv);
-  dst[1] = Pack2<kBf16>(acc[2] * inv, acc[3] * inv);
-  if (threadIdx.x == 0) lse[orow] = sum > 0.f ? m + __logf(sum) : -INFINITY;
+  dst[0] = Pack2<kBf16>(st.acc.x * inv, st.acc.y * inv);
+  dst[1] = Pack2<kBf16>(st.acc.z * inv, st.acc.w * inv);
+  if (threadIdx.x == 0) lse[orow] = st.sum > 0.f ? st.m + __logf(st.sum) : -INFINITY;
 }
 
 // The same merge, split wider for few long sequences (B = 1: ~66 segments per row, and the one-block-per-row
-// kernel above keeps only 4 warps per SM with one segment's loads in flight per thread): grid (B*GH, 4), each
-// block merges one 128-column quarter of a row; its kCombWarps warps take every kCombWarps-th segment (four
-// in flight per lane), then add their partial sums through shared memory.
+// kernel above keeps only 4 warps per SM): grid (B*GH, 4), each block merges one 128-column quarter of a row; its
+// kCombWarps warps take every kCombWarps-th segment, then merge their (m, sum, acc) through shared memory.
 constexpr int kCombWarps = 8;
 template <bool kBf16>
 __global__ void __launch_bounds__(32 * kCombWarps) mla_combine_wide(const float* __restrict__ o_part,
                                                                     const float* __restrict__ lse_part, Sched s, int GH,
                                                                     uint16_t* __restrict__ o, float* __restrict__ lse) {
   __shared__ float4 red[kCombWarps][32];
-  __shared__ float red_sum[kCombWarps];
+  __shared__ float red_m[kCombWarps], red_sum[kCombWarps];
   GridDepWait();  // the main kernel's partials
   const int b = blockIdx.x / GH, row = blockIdx.x % GH;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int2 bs = s.batch[b];
-  float m = -INFINITY;
-  for (int i = lane; i < bs.y; i += 32) m = fmaxf(m, lse_part[(long long)(bs.x + i) * GH + row]);
-#pragma unroll
-  for (int off = 16; off >= 1; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  float sum = 0.f;
   const int col = blockIdx.y * 128 + lane * 4;
-  if (m != -INFINITY) {
-#pragma unroll 4
-    for (int i = warp; i < bs.y; i += kCombWarps) {
-      const long long r = (long long)(bs.x + i) * GH + row;
-      const float w = __expf(lse_part[r] - m);
-      if (w != 0.f) {  // an empty segment's o is 0 anyway; skip its read
-        const float4 v = *reinterpret_cast<const float4*>(o_part + r * kDl + col);
-        sum += w;
-        acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
-      }
-    }
-  }
-  red[warp][lane] = acc;
-  if (lane == 0) red_sum[warp] = sum;
+  MergeState st;
+  MergeSegments(st, o_part, lse_part, bs.x, bs.y, GH, row, col, warp, kCombWarps);
+  red[warp][lane] = st.acc;
+  if (lane == 0) red_m[warp] = st.m, red_sum[warp] = st.sum;
   __syncthreads();
   if (warp != 0) return;
-  sum = red_sum[0];
+  float m = -INFINITY;
 #pragma unroll
-  for (int k = 1; k < kCombWarps; ++k) {
+  for (int k = 0; k < kCombWarps; ++k) m = fmaxf(m, red_m[k]);
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  float sum = 0.f;
+#pragma unroll
+  for (int k = 0; k < kCombWarps; ++k) {
+    const float mk = red_m[k];
+    if (!(mk > -INFINITY)) continue;  // a warp without a live segment
+    const float a = __expf(mk - m);
     const float4 v = red[k][lane];
-    acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
-    sum += red_sum[k];
+    acc.x += a * v.x; acc.y += a * v.y; acc.z += a * v.z; acc.w += a * v.w;
+    sum += a * red_sum[k];
   }
   const float inv = sum > 0.f ? 1.f / sum : 0.f;
   const long long orow = (long long)b * GH + row;
@@ -1072,6 +1103,23 @@ int DequantModeFromEnv() {
   return mode;
 }
 
+// S accumulation of mla_small_q8 (fp8 pages, G*H <= 16) from HELIX_MLA_DECODE_FP8_S, read once:
+//   fast (default): one fp8 tensor-core accumulator chain over the 576 features of a logit;
+//   f32: each 128-feature block (the rope: 64) accumulates in a fresh chain and is added in f32 on the CUDA cores.
+// The fp8 tensor cores keep fewer accumulator bits than f32: on the standalone driver's full-range E4M3 codes
+// (16 x 8192 tokens) fast is off the double reference by lse 2.1e-2 / o 4.7e-3, f32 by 4.9e-3 / 1.9e-3 (the
+// bf16-Q kernels' level), at ~10 % of the kernel's speed (H200, B=64, H=16, L=64K; benchmarks/NOTES.md
+// session 10). Returns 1 for f32, 0 for fast, -1 for anything else.
+int Fp8SFromEnv() {
+  static const int mode = [] {
+    const char* v = std::getenv("HELIX_MLA_DECODE_FP8_S");
+    if (v == nullptr || std::strcmp(v, "fast") == 0) return 0;
+    if (std::strcmp(v, "f32") == 0) return 1;
+    return -1;
+  }();
+  return mode;
+}
+
 // Kernel variant from HELIX_MLA_DECODE_KERNEL, read once: auto (default) = the small-G*H kernel of
 // mla_decode_small.cuh where G*H <= 16 (B=64, H=16, G=1: 4.15 TB/s = 97.5 % of copy on the H200, vs 3.1 for
 // seesaw) and the warp-specialized seesaw kernel of mla_decode_seesaw.cuh otherwise (2-14 % faster than
@@ -1122,6 +1170,23 @@ PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
   return encode;
 }
 
+// L2 promotion of every KV-pool tensor map, from HELIX_MLA_DECODE_TMA_L2 (128 | 256 | none; default 128), read once.
+// Streaming random 64-token pages as the kernels do (one box of [64 rows x 128 B] per column block), 256-byte
+// promotion held one CTA per SM to 4.05-4.08 TB/s (1 KB rows) / 3.90-3.93 (512 B rows), 128-byte or none to 4.40 /
+// 4.23, where one contiguous bulk copy per page reaches 4.45 / 4.32 (H200, benchmarks/tma_stream_probe.cu, session 10).
+// Returns -1 for a value it does not know (Launch reports it).
+int TmaL2FromEnv() {
+  static const int v = [] {
+    const char* e = std::getenv("HELIX_MLA_DECODE_TMA_L2");
+    if (e == nullptr || std::strcmp(e, "128") == 0) return (int)CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+    if (std::strcmp(e, "256") == 0) return (int)CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+    if (std::strcmp(e, "none") == 0) return (int)CU_TENSOR_MAP_L2_PROMOTION_NONE;
+    return -1;
+  }();
+  return v;
+}
+inline CUtensorMapL2promotion TmaL2() { return (CUtensorMapL2promotion)TmaL2FromEnv(); }
+
 // A per-thread one-entry cache of a pool's two tensor maps, keyed by the pool pointers and row count (a
 // decode loop calls with the same pool every step); `build` encodes them on a miss. One cache per call site.
 template <typename Maps, typename Build>
@@ -1155,7 +1220,7 @@ cudaError_t EncodeKvMaps(const Params& p, SsMaps* maps) {
       const cuuint64_t dims[2] = {(cuuint64_t)width, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)width * 2};
       // 2-byte elements; TMA copies bytes, so the bf16 map serves f16 pools as well.
       return encode(t, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box, estride,
-                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, TmaL2(),
                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     };
     return one(&m->lat, p.c_lat, kDl) != CUDA_SUCCESS || one(&m->rope, p.k_rope, kDr) != CUDA_SUCCESS
@@ -1169,7 +1234,7 @@ bool EncodeBytes2d(PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMap* t, con
   const cuuint32_t estride[2] = {1, 1}, box[2] = {(cuuint32_t)box_w, 64};
   const cuuint64_t dims[2] = {(cuuint64_t)width, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)width};
   return encode(t, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, estride,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, swz, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, swz, TmaL2(),
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
@@ -1310,9 +1375,14 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
     }
     auto launch = [&](auto use_tma) {  // one instantiation (and shared-memory opt-in flag) per producer kind
       constexpr bool kT = decltype(use_tma)::value;
+      // The cp.async producer: every consumer thread arrives on a buffer's empty barrier (kVar bit 8). With one
+      // arrival per warp after __syncwarp, racecheck reported the producer's cp.async writes against the other
+      // lanes' ld.shared on the ring-wrapping standalone cases (the TMA kernels were clean either way); with
+      // every lane arriving it reports 0 hazards (H200, session 10), and mla_small_q8 runs as fast.
+      constexpr int kV = (kVar & ~128) | (kT ? 0 : 256);
       constexpr auto kernel = [] {
-        if constexpr (kQ8) return mla_small_q8<kBf16, kT, kVar & ~128>;
-        else return mla_small_q4<kBf16, kT, kVar & ~128>;
+        if constexpr (kQ8) return mla_small_q8<kBf16, kT, kV>;
+        else return mla_small_q4<kBf16, kT, kV>;
       }();
       static std::atomic<uint64_t> opted{0};
       cudaError_t e = OptInSharedMemory(kernel, kSmem, opted);
@@ -1371,6 +1441,10 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
   if (kFmt == kFmtNative && LoadModeFromEnv() < 0)
     return ffi::Error::InvalidArgument(
         "helix_mla_decode: HELIX_MLA_DECODE_LOAD must be auto, cpasync, tma_evict_first, tma or tma_multicast");
+  if (TmaL2FromEnv() < 0)
+    return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_TMA_L2 must be 128, 256 or none");
+  if (kFmt == kFmtFp8 && Fp8SFromEnv() < 0)
+    return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_FP8_S must be fast or f32");
   if (mode < 0)
     return ffi::Error::InvalidArgument(kFmt == kFmtNative ? "helix_mla_decode: HELIX_MLA_DECODE_KERNEL must be auto, small, seesaw, wgmma or mma"
                                                           : "helix_mla_decode: HELIX_MLA_DECODE_DEQUANT must be auto, small8, small4, small, pipe, tile or fp8qk");
@@ -1388,7 +1462,10 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
   LaunchSchedule(p.bounds, p.B, p.G, p.cap, num_parts, s, reinterpret_cast<int*>(p.lse_part), stream);
   HELIX_CUDA_CHECK(cudaGetLastError());
   if (kFmt != kFmtNative && mode == kSmallQ8 && p.GH <= kSmRows) {  // the raw-tile kernel of the page format
-    if constexpr (kFmt == kFmtFp8) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ8, kFmt>(p, s, num_parts, mtiles, stream, qp)));
+    if constexpr (kFmt == kFmtFp8) {
+      if (Fp8SFromEnv() == 1) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ8, kFmt, 512>(p, s, num_parts, mtiles, stream, qp)));
+      else HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ8, kFmt>(p, s, num_parts, mtiles, stream, qp)));
+    }
     if constexpr (kFmt == kFmtNvfp4) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ4, kFmt>(p, s, num_parts, mtiles, stream, qp)));
   } else if (kFmt != kFmtNative && (mode == kSmallGh || mode == kSmallQ8) && p.GH <= kSmRows) {
     HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallGh, kFmt>(p, s, num_parts, mtiles, stream, qp)));

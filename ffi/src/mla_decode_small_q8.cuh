@@ -517,7 +517,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParam
       for (int i = 0; i < 4; ++i) s2[i][0] = s2[i][1] = s2[i][2] = s2[i][3] = 0.f;
       FenceRegs(s2);
       if constexpr ((kVar & 512) != 0) {
-        // Variant (bit 9, not yet run on a GPU): each 128-feature block (4 k32 steps; the rope: 2) accumulates into a
+        // Variant (bit 9; HELIX_MLA_DECODE_FP8_S=f32): each 128-feature block (4 k32 steps; the rope: 2) accumulates into a
         // fresh register set and is added to s2 in f32 on the CUDA cores once retired, two sets alternating (the fp8
         // tensor cores keep fewer accumulator bits than f32 across a 576-long chain: lse off by up to 2e-2 on the
         // standalone's wide-range codes, benchmarks/NOTES.md session 9).
