@@ -1039,13 +1039,18 @@ __global__ void __launch_bounds__(32 * kCombWarps) mla_combine_wide(const float*
   if (blockIdx.y == 0 && lane == 0) lse[orow] = sum > 0.f ? m + __logf(sum) : -INFINITY;
 }
 
-// Which combine: the wide one where sequences have many segments on average (few sequences, many parts).
-inline bool CombineWide(int B, int num_parts) { return (long long)B * 4 <= num_parts; }
+// Which combine: the wide one for few query rows in all (at most one per SM) with >= 4 segments per sequence on
+// average. The narrow kernel's B*G*H blocks leave SMs idle there; from ~2 rows per SM up it is faster (H200, L=64K, `mla_standalone comb`,
+// session 10: 128 rows 5.8 vs 4.4 us wide, 256 rows 4.2 vs 4.8, 1024 rows 4.6 vs 12.4, 2048 rows 5.3 vs 19.9; the
+// earlier rule, B*4 <= parts alone, picked wide up to B=32 and cost up to 15 us a call).
+inline bool CombineWide(int B, int GH, int num_parts, int num_sms) {
+  return (long long)B * 4 <= num_parts && (long long)B * GH <= num_sms;
+}
 
 template <bool kBf16>
-void LaunchCombine(const Params& p, const Sched& s, int num_parts, uint16_t* o, float* lse, cudaStream_t stream,
+void LaunchCombine(const Params& p, const Sched& s, int num_parts, int num_sms, uint16_t* o, float* lse, cudaStream_t stream,
                    int wide = -1) {
-  if (wide < 0 ? CombineWide(p.B, num_parts) : wide)
+  if (wide < 0 ? CombineWide(p.B, p.GH, num_parts, num_sms) : wide)
     (void)LaunchKernel(mla_combine_wide<kBf16>, dim3((unsigned)(p.B * p.GH), 4), dim3(32 * kCombWarps), 0, stream, nullptr,
                        (const float*)p.o_part, (const float*)p.lse_part, s, p.GH, o, lse);
   else
@@ -1480,7 +1485,7 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
   else if (seesaw) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw>(p, s, num_parts, mtiles, stream)));
   else if (mode == kSmallGh) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallGh>(p, s, num_parts, mtiles, stream)));
   else HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmma>(p, s, num_parts, mtiles, stream)));
-  LaunchCombine<kBf16>(p, s, num_parts, o, lse, stream);
+  LaunchCombine<kBf16>(p, s, num_parts, num_sms, o, lse, stream);
   HELIX_CUDA_CHECK(cudaGetLastError());
   return ffi::Error::Success();
 }
