@@ -30,14 +30,7 @@
 #include <type_traits>
 #include <vector>
 
-#define CK(x)                                                                                   \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) {                                                                    \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__);    \
-      std::exit(1);                                                                             \
-    }                                                                                           \
-  } while (0)
+#include "probe_check.h"
 
 enum Pattern { kCols = 0, kGroups = 1, kBulk = 2, kCpAsync = 3, kG4d = 4, kRows3d = 5 };
 constexpr int kRows = 64;
