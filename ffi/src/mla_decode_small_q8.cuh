@@ -25,6 +25,8 @@
 // page size is a multiple of 64, else cp.async (4 threads per token row). Measured on the H200 (B=64, H=16,
 // G=1, L=64K, standalone driver, logs_2026-11-30/s8_*): cp.async 0.660 ms (producer alone 0.662: it set the
 // pace), TMA 0.606 ms = 1.80x the bf16 small kernel (math alone 0.563, producer alone 0.597).
+// S accumulates in one fp8 tensor-core chain over the 576 features by default; HELIX_MLA_DECODE_FP8_S=f32 promotes it to
+// f32 per 128-feature block (lse 2.07e-2 -> 4.9e-3 on full-range codes, 1-12 % slower; benchmarks/NOTES.md session 10).
 // The logits use scale * log2(e) / kv_scale per tile, times 1 / s_hi for the hi half of the accumulator
 // columns and 1 / (s_hi s_lo) for the lo half; the output takes 1 / kv_scale (codes are exact in f16).
 #pragma once
@@ -308,8 +310,8 @@ __device__ __forceinline__ void RawTileSegmentEnd(const Params& p, int si, int w
 // tile and release it): the producer alone; bit 2: V^T fragments without the E4M3 conversion; bit 3: no S
 // wgmma; bit 4: no PV wgmma. Variants (correct kernels): bit 5: TMA loads with an L2 evict-first hint; bit 6:
 // S waits for the whole tile, then one proxy fence (instead of one per block); bit 8: every consumer thread arrives
-// on a buffer's empty barrier (instead of lane 0 of each warp after __syncwarp). Bit 9: S promoted to f32 per 128-feature block
-// (see there; not yet run on a GPU).
+// on a buffer's empty barrier (instead of lane 0 of each warp after __syncwarp; Launch sets it for the cp.async producer).
+// Bit 9: S promoted to f32 per 128-feature block (see there; HELIX_MLA_DECODE_FP8_S=f32).
 template <bool kBf16, bool kTma, int kVar = 0>
 __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParams qp, const __grid_constant__ Q8Maps maps) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
