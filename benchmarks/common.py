@@ -43,11 +43,11 @@ def today() -> str:
 
 def time_ms(f, *args, iterations: int = 20) -> float:
     """Median per-call time of ``f(*args)`` in ms (``f`` should be jitted and already compiled)."""
-    if jax.default_backend() == "gpu":
-        from jax.experimental.mosaic.gpu import profiler
-        _, times = profiler.measure(f, iterations=iterations)(*args)
-        times = times if isinstance(times, list) else [times]
-        return float(statistics.median(times))
+    return time_kernels_ms(f, *args, iterations=iterations)[0]
+
+
+def _wall_ms(f, *args, iterations: int) -> float:
+    """Median wall-clock ms of ``f(*args)`` around ``block_until_ready`` (no GPU: no CUPTI)."""
     jax.block_until_ready(f(*args))
     ts = []
     for _ in range(max(3, iterations // 4)):
@@ -73,9 +73,9 @@ def _short_kernel_name(name: str) -> str:
 
 def time_kernels_ms(f, *args, iterations: int = 20) -> tuple[float, dict[str, float]]:
     """``(median total ms, {kernel: median ms})`` of ``f(*args)`` on GPU (CUPTI, one entry per launch name;
-    repeated names are summed within an iteration). Elsewhere: ``(time_ms(...), {})``."""
+    repeated names are summed within an iteration). Elsewhere: ``(median wall-clock ms, {})``."""
     if jax.default_backend() != "gpu":
-        return time_ms(f, *args, iterations=iterations), {}
+        return _wall_ms(f, *args, iterations=iterations), {}
     from jax.experimental.mosaic.gpu import profiler
     _, per_iter = profiler.measure(f, aggregate=False, iterations=iterations)(*args)
     per_iter = per_iter if iterations > 1 else [per_iter]

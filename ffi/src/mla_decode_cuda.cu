@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <mutex>
 #include <string>
 #include <type_traits>
@@ -1084,6 +1085,20 @@ WsLayout Layout(long long B, long long GH) {
   return l;
 }
 
+// The value of environment variable `var` among `names` (unset: the first entry's), -1 for any other value (Launch
+// reports it with the allowed names). The *FromEnv functions below read theirs once per process.
+struct EnvName {
+  const char* name;
+  int value;
+};
+inline int EnvChoice(const char* var, std::initializer_list<EnvName> names) {
+  const char* v = std::getenv(var);
+  if (v == nullptr) return names.begin()->value;
+  for (const EnvName& n : names)
+    if (std::strcmp(v, n.name) == 0) return n.value;
+  return -1;
+}
+
 // Quantized-page variant from HELIX_MLA_DECODE_DEQUANT (auto | small8 | small4 | small | pipe | tile | fp8qk), read
 // once (kSmallQ8 stands for "the raw-tile kernel of the page format"):
 //   auto (default): where G*H <= 16, fp8 pages run mla_small_q8 (raw E4M3 tiles into the tensor cores, Q as two
@@ -1095,16 +1110,9 @@ WsLayout Layout(long long B, long long GH) {
 //   pipe: per-warpgroup dequant of 64-column blocks interleaved with the S wgmmas;
 //   fp8qk (fp8 pages only; nvfp4 runs pipe): S on fp8 tensor cores with Q quantized per row in the kernel.
 int DequantModeFromEnv() {
-  static const int mode = [] {
-    const char* v = std::getenv("HELIX_MLA_DECODE_DEQUANT");
-    if (v == nullptr || std::strcmp(v, "auto") == 0 || std::strcmp(v, "small8") == 0 || std::strcmp(v, "small4") == 0)
-      return (int)kSmallQ8;
-    if (std::strcmp(v, "small") == 0) return (int)kSmallGh;
-    if (std::strcmp(v, "pipe") == 0) return (int)kWgmmaPipe;
-    if (std::strcmp(v, "tile") == 0) return (int)kWgmma;
-    if (std::strcmp(v, "fp8qk") == 0) return (int)kWgmmaFp8Qk;
-    return -1;
-  }();
+  static const int mode = EnvChoice("HELIX_MLA_DECODE_DEQUANT", {{"auto", kSmallQ8}, {"small8", kSmallQ8}, {"small4", kSmallQ8},
+                                                                 {"small", kSmallGh}, {"pipe", kWgmmaPipe}, {"tile", kWgmma},
+                                                                 {"fp8qk", kWgmmaFp8Qk}});
   return mode;
 }
 
@@ -1116,12 +1124,7 @@ int DequantModeFromEnv() {
 // bf16-Q kernels' level), at ~10 % of the kernel's speed (H200, B=64, H=16, L=64K; benchmarks/NOTES.md
 // session 10). Returns 1 for f32, 0 for fast, -1 for anything else.
 int Fp8SFromEnv() {
-  static const int mode = [] {
-    const char* v = std::getenv("HELIX_MLA_DECODE_FP8_S");
-    if (v == nullptr || std::strcmp(v, "fast") == 0) return 0;
-    if (std::strcmp(v, "f32") == 0) return 1;
-    return -1;
-  }();
+  static const int mode = EnvChoice("HELIX_MLA_DECODE_FP8_S", {{"fast", 0}, {"f32", 1}});
   return mode;
 }
 
@@ -1130,16 +1133,9 @@ int Fp8SFromEnv() {
 // seesaw) and the warp-specialized seesaw kernel of mla_decode_seesaw.cuh otherwise (2-14 % faster than
 // wgmma); small (same as auto), seesaw, wgmma, mma force one.
 int KernelModeFromEnv() {
-  static const int mode = [] {
-    const char* v = std::getenv("HELIX_MLA_DECODE_KERNEL");
-    // auto (default): the small-G*H kernel where G*H <= 16, else seesaw (Launch falls back by G*H).
-    if (v == nullptr || std::strcmp(v, "auto") == 0) return (int)kSmallGh;
-    if (std::strcmp(v, "seesaw") == 0) return (int)kSeesaw;
-    if (std::strcmp(v, "wgmma") == 0) return (int)kWgmma;
-    if (std::strcmp(v, "mma") == 0) return (int)kMma;
-    if (std::strcmp(v, "small") == 0) return (int)kSmallGh;
-    return -1;
-  }();
+  // auto (default): the small-G*H kernel where G*H <= 16, else seesaw (Launch falls back by G*H).
+  static const int mode = EnvChoice("HELIX_MLA_DECODE_KERNEL", {{"auto", kSmallGh}, {"seesaw", kSeesaw}, {"wgmma", kWgmma},
+                                                                {"mma", kMma}, {"small", kSmallGh}});
   return mode;
 }
 
@@ -1150,15 +1146,8 @@ int KernelModeFromEnv() {
 // over the two row tiles of a cluster of two CTAs where the row tiles come in pairs, else tma_evict_first).
 // Returns kLoad (0..3), 4 for auto, or -1 for a bad value.
 int LoadModeFromEnv() {
-  static const int mode = [] {
-    const char* v = std::getenv("HELIX_MLA_DECODE_LOAD");
-    if (v == nullptr || std::strcmp(v, "auto") == 0) return 4;
-    if (std::strcmp(v, "tma_evict_first") == 0) return 2;
-    if (std::strcmp(v, "cpasync") == 0) return 0;
-    if (std::strcmp(v, "tma") == 0) return 1;
-    if (std::strcmp(v, "tma_multicast") == 0) return 3;
-    return -1;
-  }();
+  static const int mode = EnvChoice("HELIX_MLA_DECODE_LOAD", {{"auto", 4}, {"tma_evict_first", 2}, {"cpasync", 0}, {"tma", 1},
+                                                              {"tma_multicast", 3}});
   return mode;
 }
 
@@ -1181,13 +1170,9 @@ PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
 // 4.23, where one contiguous bulk copy per page reaches 4.45 / 4.32 (H200, benchmarks/tma_stream_probe.cu, session 10).
 // Returns -1 for a value it does not know (Launch reports it).
 int TmaL2FromEnv() {
-  static const int v = [] {
-    const char* e = std::getenv("HELIX_MLA_DECODE_TMA_L2");
-    if (e == nullptr || std::strcmp(e, "128") == 0) return (int)CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
-    if (std::strcmp(e, "256") == 0) return (int)CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
-    if (std::strcmp(e, "none") == 0) return (int)CU_TENSOR_MAP_L2_PROMOTION_NONE;
-    return -1;
-  }();
+  static const int v = EnvChoice("HELIX_MLA_DECODE_TMA_L2", {{"128", CU_TENSOR_MAP_L2_PROMOTION_L2_128B},
+                                                             {"256", CU_TENSOR_MAP_L2_PROMOTION_L2_256B},
+                                                             {"none", CU_TENSOR_MAP_L2_PROMOTION_NONE}});
   return v;
 }
 inline CUtensorMapL2promotion TmaL2() { return (CUtensorMapL2promotion)TmaL2FromEnv(); }
