@@ -559,6 +559,72 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (argc > 1 && std::strcmp(argv[1], "m8") == 0) {
+    // fp8 pages at 16 < G*H <= 64 through mla_mid_q8 (both consumers on every raw tile): checks against the double
+    // reference of the two-term E4M3 queries, then timings at H=16, G=4 against the bf16 seesaw (TMA evict-first, the
+    // auto path of one row tile) and the producer-dequantizing fp8 pipe kernel it replaces. "m8 999": checks only.
+    const bool checks_only = argc > 2 && std::atoi(argv[2]) == 999;
+    const std::vector<CaseDef> m8_cases = {
+        {4, 4, 16, 64, {1000, 0, 77, 130}},
+        {5, 2, 12, 16, {1, 64, 3000, 129, 191}},      // G*H = 24; 16-token pages: cp.async tiles
+        {3, 5, 8, 128, {4097, 65, 2}},                // G*H = 40; TMA inside 128-token pages
+        {2, 1, 17, 32, {700, 33}},                    // G*H = 17
+        {16, 4, 16, 64, std::vector<int>(16, 8192)},  // ~15 tiles per CTA: the ring wraps
+    };
+    bool all = true;
+    for (size_t ci = 0; ci < m8_cases.size(); ++ci) {
+      const CaseDef& cd = m8_cases[ci];
+      Case c = MakeCase(cd.B, cd.G, cd.H, cd.P, cd.lens, 61 + (unsigned)ci);
+      QHost qh = MakeQuant(c, kFmtFp8, 63 + (unsigned)ci);
+      QuantizeQueriesFp8Two(c);
+      Dev d = Upload(c, scale);
+      QParams qp = UploadQuant(qh);
+      std::printf("m8 case %zu (B=%d G=%d H=%d P=%d):\n", ci, cd.B, cd.G, cd.H, cd.P);
+      g_lse_tol = 3e-2;  // the default S accumulation's budget on full-range codes (as mla_small_q8)
+      all &= RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8>(d, qp); }, " (lse bound 3e-2)");
+      std::printf("  variants 128 (cp.async tiles), 1024 (two PV steps in flight), 2048 (lazy rescaling):\n");
+      all &= RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 128>(d, qp); });
+      all &= RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 1024>(d, qp); });
+      all &= RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 2048>(d, qp); });
+      std::printf("  variant 512 (S promoted to f32 per 128-feature block):\n");
+      g_lse_tol = 1e-2;
+      all &= RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 512>(d, qp); }, " (lse bound 1e-2)");
+      g_lse_tol = 2e-2;
+      FreeQuant(qp);
+      Free(d);
+    }
+    std::printf("m8 checks passing: %s\n", all ? "yes" : "NO");
+    if (!all || checks_only) return all ? 0 : 1;
+    for (int B : {1, 64, 128}) {
+      Dev d = UploadTiming(B, 4, 16, 64, 65536, scale);
+      const double tok = (double)B * 65536;
+      const float bf = TimeMs<kSeesaw, kFmtNative, 32>(d, 10);
+      QParams qp = QuantTiming(d, kFmtFp8);
+      const float pipe = TimeMs<kWgmmaPipe, kFmtFp8>(d, 10, qp);
+      for (int round = 0; round < 2; ++round) {
+        const float t = TimeMs<kMidQ8, kFmtFp8>(d, 10, qp), t2 = TimeMs<kMidQ8, kFmtFp8, 1024>(d, 10, qp),
+                    tl = TimeMs<kMidQ8, kFmtFp8, 2048>(d, 10, qp), tl2 = TimeMs<kMidQ8, kFmtFp8, 2048 | 1024>(d, 10, qp),
+                    t512 = TimeMs<kMidQ8, kFmtFp8, 512>(d, 10, qp);
+        std::printf("m8 B=%d G=4 H=16 round %d: bf16 %.4f ms (%.2f TB/s) | fp8 pipe %.4f = %.2fx | mid %.4f = %.2fx (%.2f TB/s) "
+                    "| 1024 %.4f = %.2fx | 2048 %.4f = %.2fx | 3072 %.4f = %.2fx | 512 %.4f = %.2fx\n", B, round, bf,
+                    tok * 1152 / bf / 1e9, pipe, bf / pipe, t, bf / t, tok * 576 / t / 1e9, t2, bf / t2, tl, bf / tl, tl2,
+                    bf / tl2, t512, bf / t512);
+      }
+      const float mo = TimeMs<kMidQ8, kFmtFp8>(d, 10, qp, 1), math = TimeMs<kMidQ8, kFmtFp8, 1>(d, 10, qp, 1),
+                  prod = TimeMs<kMidQ8, kFmtFp8, 2>(d, 10, qp, 1);
+      std::printf("m8 B=%d main-only %.4f, math alone %.4f, producer alone %.4f\n", B, mo, math, prod);
+      if (B == 64) {  // math alone without: the V^T conversion, the S wgmmas, the PV wgmmas, all three; lazy rescaling
+        const float nc = TimeMs<kMidQ8, kFmtFp8, 1 | 4>(d, 10, qp, 1), ns = TimeMs<kMidQ8, kFmtFp8, 1 | 8>(d, 10, qp, 1),
+                    np = TimeMs<kMidQ8, kFmtFp8, 1 | 16>(d, 10, qp, 1), nn = TimeMs<kMidQ8, kFmtFp8, 1 | 4 | 8 | 16>(d, 10, qp, 1),
+                    ml = TimeMs<kMidQ8, kFmtFp8, 1 | 2048>(d, 10, qp, 1);
+        std::printf("m8 B=64 math-alone probes: no conversion %.4f, no S wgmma %.4f, no PV wgmma %.4f, none of them %.4f, "
+                    "lazy rescaling %.4f\n", nc, ns, np, nn, ml);
+      }
+      FreeQuant(qp);
+      Free(d);
+    }
+    return 0;
+  }
   if (argc > 1 && std::strcmp(argv[1], "q8") == 0) {
     // fp8 pages through mla_small_q8 (S on E4M3 tensor cores with Q as two E4M3 terms, V^T converted in
     // registers): checks against the double reference of the unquantized queries, then timings at H=16, G=1

@@ -237,6 +237,10 @@ GPU_CASES = [
     # TMA loads inside a 128-token page (a tile at page offset 0 or 64); the Pallas kernels walk such pages in
     # 64-token chunks (an fp8 page of 128 tokens in one step asked Triton for 280 KB of shared memory)
     (3, 4, 4, 128, [4097, 65, 2]),
+    # 16 < G*H <= 64 (fp8: mla_mid_q8; the two cases above with G*H = 64 run it too, TMA and cp.async tiles):
+    # 32 rows (consumer 1's S rows all padding), 40 rows in 128-token pages
+    (3, 2, 16, 64, [4097, 65, 2]),
+    (2, 5, 8, 128, [5000, 64]),
 ]
 GPU_CASES_FFI_ONLY = []
 GPU_PARAMS = ([(impl,) + c for impl in ("ffi", "pallas") for c in GPU_CASES]
@@ -283,8 +287,8 @@ def test_gpu_r2_examples(fmt, implementation, H, rng):
 
 @pytest.mark.gpu
 def test_gpu_fp8_s_f32_accumulation():
-    """HELIX_MLA_DECODE_FP8_S=f32 (mla_small_q8 with S promoted to f32 per 128-feature block; read once per
-    process: a subprocess) passes every fp8 FFI GPU format case."""
+    """HELIX_MLA_DECODE_FP8_S=f32 (mla_small_q8 and mla_mid_q8 with S promoted to f32 per 128-feature block; read
+    once per process: a subprocess) passes every fp8 FFI GPU format case."""
     import os
     import pathlib
     import subprocess

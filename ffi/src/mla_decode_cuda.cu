@@ -361,7 +361,7 @@ __device__ __forceinline__ void WgmmaPV(float (&d)[32][4], uint64_t da, uint64_t
 // has dequantized that block of its own 32 tokens, so the dequantization of block j+1 runs while the
 // tensor cores work on block j (see mla_split_kv).
 // kWgmmaFp8Qk (FP8 pages only, opt-in): S = Q K^T on fp8 tensor cores (see mla_split_kv).
-enum KernelMode { kMma = 0, kWgmma = 1, kWgmmaPipe = 2, kWgmmaFp8Qk = 3, kSeesaw = 4, kSmallGh = 5, kSmallQ8 = 6, kSmallQ4 = 7 };
+enum KernelMode { kMma = 0, kWgmma = 1, kWgmmaPipe = 2, kWgmmaFp8Qk = 3, kSeesaw = 4, kSmallGh = 5, kSmallQ8 = 6, kSmallQ4 = 7, kMidQ8 = 8 };
 // KV page formats: native 16-bit (bf16/f16, the q dtype), FP8 E4M3 per-tensor scale, NVFP4.
 enum KvFmt { kFmtNative = 0, kFmtFp8 = 1, kFmtNvfp4 = 2 };
 // Staged bytes per token of a quantized tile. nvfp4 row: [0,256) latent codes, [256,288) rope codes,
@@ -576,6 +576,21 @@ __device__ __forceinline__ void Wgmma_m64n32k32_e4m3(float (&d)[4][4], uint64_t 
         "+f"(d[3][2]), "+f"(d[3][3])
       : "l"(da), "l"(db), "r"(1));
 }
+
+// The same with N = 64 (mla_mid_q8: 32 query rows as two E4M3 terms).
+__device__ __forceinline__ void Wgmma_m64n64k32_e4m3(float (&d)[8][4], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "l"(da), "l"(db), "r"(1));
+}
+__device__ __forceinline__ void WgmmaE4m3K32(float (&d)[4][4], uint64_t da, uint64_t db) { Wgmma_m64n32k32_e4m3(d, da, db); }
+__device__ __forceinline__ void WgmmaE4m3K32(float (&d)[8][4], uint64_t da, uint64_t db) { Wgmma_m64n64k32_e4m3(d, da, db); }
 
 // wgmma descriptor with 64-byte swizzle (layout type 2); SBO = 8 rows x 64 B.
 __device__ __forceinline__ uint64_t Desc64(uint32_t addr) {
@@ -923,6 +938,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s, Q
 #include "mla_decode_small.cuh"
 #include "mla_decode_small_q8.cuh"
 #include "mla_decode_small_q4.cuh"
+#include "mla_decode_mid_q8.cuh"
 
 namespace helix_ffi {
 namespace {
@@ -1103,7 +1119,8 @@ inline int EnvChoice(const char* var, std::initializer_list<EnvName> names) {
 // once (kSmallQ8 stands for "the raw-tile kernel of the page format"):
 //   auto (default): where G*H <= 16, fp8 pages run mla_small_q8 (raw E4M3 tiles into the tensor cores, Q as two
 //     E4M3 terms; B=64, H=16, G=1, L=64K on the H200: 1.8x the bf16 kernel) and nvfp4 pages mla_small_q4 (raw
-//     E2M1 tiles, both products' A operands decoded in registers); else pipe;
+//     E2M1 tiles, both products' A operands decoded in registers); where 16 < G*H <= 64, fp8 pages run mla_mid_q8 (both
+//     consumers on every raw tile, split by query rows for S and by latent dims for PV); else pipe;
 //   small8, small4: same as auto;
 //   small: the producer-dequantizing small-G*H kernel for both formats where G*H <= 16, else pipe;
 //   tile: all threads dequantize the whole staged tile, barrier, then S (simple, one more barrier);
@@ -1116,7 +1133,7 @@ int DequantModeFromEnv() {
   return mode;
 }
 
-// S accumulation of mla_small_q8 (fp8 pages, G*H <= 16) from HELIX_MLA_DECODE_FP8_S, read once:
+// S accumulation of mla_small_q8 and mla_mid_q8 (fp8 pages, G*H <= 64) from HELIX_MLA_DECODE_FP8_S, read once:
 //   fast (default): one fp8 tensor-core accumulator chain over the 576 features of a logit;
 //   f32: each 128-feature block (the rope: 64) accumulates in a fresh chain and is added in f32 on the CUDA cores.
 // The fp8 tensor cores keep fewer accumulator bits than f32: on the standalone driver's full-range E4M3 codes
@@ -1350,12 +1367,12 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
     if ((err = OptInSharedMemory(mla_small_gh<kBf16, kFmt, kNc, kNp, kV>, kSmSmemBytes, ready)) != cudaSuccess) return err;
     if ((err = LaunchKernel(mla_small_gh<kBf16, kFmt, kNc, kNp, kV>, grid, dim3(128 * (kNc + kNp)), kSmSmemBytes, stream,
                             nullptr, p, s, qp)) != cudaSuccess) return err;
-  } else if constexpr (kMode == kSmallQ8 || kMode == kSmallQ4) {
-    // The raw-tile kernels: mla_small_q8 (fp8 pages), mla_small_q4 (nvfp4 pages). TMA where a tile is 64 consecutive
-    // pool rows (P % 64 == 0; kVar bit 7 forces cp.async), else cp.async.
-    constexpr bool kQ8 = kMode == kSmallQ8;
-    static_assert(kFmt == (kQ8 ? kFmtFp8 : kFmtNvfp4), "mla_small_q8 reads fp8 pages, mla_small_q4 nvfp4 pages");
-    constexpr int kSmem = kQ8 ? kQ8SmemBytes : kQ4SmemBytes;
+  } else if constexpr (kMode == kSmallQ8 || kMode == kSmallQ4 || kMode == kMidQ8) {
+    // The raw-tile kernels: mla_small_q8 and mla_mid_q8 (fp8 pages), mla_small_q4 (nvfp4 pages). TMA where a tile is 64
+    // consecutive pool rows (P % 64 == 0; kVar bit 7 forces cp.async), else cp.async.
+    constexpr bool kQ8 = kMode != kSmallQ4;
+    static_assert(kFmt == (kQ8 ? kFmtFp8 : kFmtNvfp4), "mla_small_q8 / mla_mid_q8 read fp8 pages, mla_small_q4 nvfp4 pages");
+    constexpr int kSmem = kMode == kSmallQ8 ? kQ8SmemBytes : kMode == kMidQ8 ? kM8SmemBytes : kQ4SmemBytes;
     std::conditional_t<kQ8, Q8Maps, Q4Maps> maps{};
     const bool tma = p.P % kTokTile == 0 && !(kVar & 128);
     if (tma) {
@@ -1371,7 +1388,8 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
       // every lane arriving it reports 0 hazards (H200, session 10), and mla_small_q8 runs as fast.
       constexpr int kV = (kVar & ~128) | (kT ? 0 : 256);
       constexpr auto kernel = [] {
-        if constexpr (kQ8) return mla_small_q8<kBf16, kT, kV>;
+        if constexpr (kMode == kSmallQ8) return mla_small_q8<kBf16, kT, kV>;
+        else if constexpr (kMode == kMidQ8) return mla_mid_q8<kBf16, kT, kV & ~256>;  // (every consumer thread arrives)
         else return mla_small_q4<kBf16, kT, kV>;
       }();
       static std::atomic<uint64_t> opted{0};
@@ -1457,6 +1475,11 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
       else HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ8, kFmt>(p, s, num_parts, mtiles, stream, qp)));
     }
     if constexpr (kFmt == kFmtNvfp4) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ4, kFmt>(p, s, num_parts, mtiles, stream, qp)));
+  } else if (kFmt == kFmtFp8 && mode == kSmallQ8 && p.GH <= kM8Rows) {  // fp8, 16 < G*H <= 64: mla_mid_q8
+    if constexpr (kFmt == kFmtFp8) {
+      if (Fp8SFromEnv() == 1) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 512>(p, s, num_parts, mtiles, stream, qp)));
+      else HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt>(p, s, num_parts, mtiles, stream, qp)));
+    }
   } else if (kFmt != kFmtNative && (mode == kSmallGh || mode == kSmallQ8) && p.GH <= kSmRows) {
     HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallGh, kFmt>(p, s, num_parts, mtiles, stream, qp)));
   } else if constexpr (kFmt == kFmtFp8) {

@@ -39,13 +39,15 @@ static_assert(kQ8Bufs % 2 == 0, "each buffer stays with one consumer (see kQ4Buf
 constexpr int kQ8TileBytes = kTokTile * kD;  // 36864: 4 latent blocks [64 tok x 128 B] + rope [64 tok x 64 B]
 constexpr int kQ8QRows = 2 * kSmRows;         // Q as two E4M3 terms: rows 0..15 hi, 16..31 lo
 constexpr int kQ8QBytes = kQ8QRows * kD;      // 18432: the same blocks with 32 rows
-struct Q8Bars {
+template <int kBufs>
+struct Q8BarsT {
   // per buffer, per block (4 latent, rope): 1 arrival + bytes (TMA, and a partial tile's cp.async copies
-  // after a producer barrier) or 128 (cp.async producer, page sizes that are not multiples of 64)
-  uint64_t full[kQ8Bufs][5];
-  uint64_t empty[kQ8Bufs];    // per buffer: one arrival per warp of the consuming warpgroup
+  // after a producer barrier) or 128 (mla_small_q8's cp.async producer, page sizes that are not multiples of 64)
+  uint64_t full[kBufs][5];
+  uint64_t empty[kBufs];    // per buffer: the consumers' arrivals (see the kernels)
   uint64_t q_full, q_empty;
 };
+using Q8Bars = Q8BarsT<kQ8Bufs>;
 // Tensor maps of an fp8 pool (TMA loads, P % 64 == 0): latent [N*P rows, 512 B], box 128 B x 64, 128-byte
 // swizzle; rope [N*P rows, 64 B], box 64 B x 64, 64-byte swizzle. A kernel parameter, encoded per call.
 struct Q8Maps {
@@ -65,13 +67,28 @@ __device__ __forceinline__ int Q8Off(int row, int u) {
                 : 4 * (kRows * 128) + row * 64 + ((((u - 32) & 3) ^ ((row >> 1) & 3)) << 4);
 }
 
-// The 16-bit Q tile (Off16 layout, rows >= G*H zero) -> two E4M3 terms per row: x = q * s_hi with
-// s_hi = 448 / amax (1 for an all-zero row), hi = RNE(sat(x)), lo = RNE(sat((x - hi) * s_lo)) with
-// s_lo = 448 / max|x - hi| (x - hi is exact in f32). q ~= (hi + lo / s_lo) / s_hi, to ~2^-8 of the row max.
-// qs[r] = 1 / s_hi and qs[16 + r] = 1 / (s_hi s_lo) multiply the two accumulator halves. 8 threads per row.
-template <bool kBf16>
-__device__ __forceinline__ void Q8FromQ(unsigned char* sQ8, float* qs, const uint16_t* sQ, int pt) {
-  const int r = pt >> 3, part = pt & 7;
+// Runs f(0) .. f(8) over a Q row's 9 chunks of 8 values: unrolled where f indexes registers, else a loop (f
+// re-reads shared memory: holding 72 floats would spill mla_small_q8's 96-register producer).
+template <bool kUnroll, typename F>
+__device__ __forceinline__ void ForQChunks(F f) {
+  if constexpr (kUnroll) {
+#pragma unroll
+    for (int i = 0; i < 9; ++i) f(i);
+  } else {
+#pragma unroll 1
+    for (int i = 0; i < 9; ++i) f(i);
+  }
+}
+
+// One 16-bit Q row -> two E4M3 terms, by the 8 threads of an aligned 8-lane group (part = 0..7; chunk(i) returns the
+// row's 16-byte chunk part + 8 i as loaded, zeros for a padding row): x = q * s_hi with s_hi = 448 / amax (1 for an
+// all-zero row), hi = RNE(sat(x)), lo = RNE(sat((x - hi) * s_lo)) with s_lo = 448 / max|x - hi| (x - hi is exact in f32).
+// q ~= (hi + lo / s_lo) / s_hi, to ~2^-8 of the row max. The hi codes go to row hi_row and the lo codes to row lo_row
+// of a kQRows-row Q8Off tile; part 0 stores 1 / s_hi at *qs_hi and 1 / (s_hi s_lo) at *qs_lo (they multiply the
+// logits' two accumulator halves). Three passes over the chunks (ForQChunks<kUnroll>).
+template <bool kBf16, int kQRows, bool kUnroll, typename Chunk>
+__device__ __forceinline__ void Q8RowTerms(unsigned char* sQ8, int hi_row, int lo_row, float* qs_hi, float* qs_lo, int part,
+                                           Chunk chunk_raw) {
   auto val = [](uint32_t h) {
     if constexpr (kBf16) return __uint_as_float((h & 0xFFFFu) << 16);
     else return __half2float(__ushort_as_half((unsigned short)(h & 0xFFFFu)));
@@ -81,10 +98,8 @@ __device__ __forceinline__ void Q8FromQ(unsigned char* sQ8, float* qs, const uin
     asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"((unsigned short)(c & 0xFF)));
     return __half2float(__ushort_as_half((unsigned short)(h & 0xFFFF)));
   };
-  // Three passes over the thread's 9 chunks of 8 values (chunks part + 8 i), re-read from shared memory:
-  // holding 72 floats would spill the producer's 96 registers.
   auto chunk = [&](int i, float (&x)[8]) {
-    const uint4 v = *reinterpret_cast<const uint4*>(sQ + Off16(r, part + 8 * i));
+    const uint4 v = chunk_raw(i);
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int k = 0; k < 4; ++k) x[2 * k] = val(w[k]), x[2 * k + 1] = val(w[k] >> 16);
@@ -95,19 +110,17 @@ __device__ __forceinline__ void Q8FromQ(unsigned char* sQ8, float* qs, const uin
     return m;
   };
   float amax = 0.f;
-#pragma unroll 1
-  for (int i = 0; i < 9; ++i) {
+  ForQChunks<kUnroll>([&](int i) {
     float x[8];
     chunk(i, x);
 #pragma unroll
     for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(x[e]));
-  }
+  });
   amax = rowmax(amax);
   const float s_hi = amax > 0.f ? __fdiv_rn(448.f, amax) : 1.f;
   // hi codes, residual max
   float rmax = 0.f;
-#pragma unroll 1
-  for (int i = 0; i < 9; ++i) {
+  ForQChunks<kUnroll>([&](int i) {
     float x[8];
     chunk(i, x);
     uint32_t o[2] = {0u, 0u};
@@ -119,17 +132,16 @@ __device__ __forceinline__ void Q8FromQ(unsigned char* sQ8, float* qs, const uin
       o[e >> 2] |= c << (8 * (e & 3));
     }
     const int ch = part + 8 * i;  // 8 values = 8 bytes: half of the 16-byte chunk ch / 2
-    *reinterpret_cast<uint2*>(sQ8 + Q8Off<kQ8QRows>(r, ch >> 1) + (ch & 1) * 8) = make_uint2(o[0], o[1]);
-  }
+    *reinterpret_cast<uint2*>(sQ8 + Q8Off<kQRows>(hi_row, ch >> 1) + (ch & 1) * 8) = make_uint2(o[0], o[1]);
+  });
   rmax = rowmax(rmax);
   const float s_lo = rmax > 0.f ? __fdiv_rn(448.f, rmax) : 1.f;
   if (part == 0) {
-    qs[r] = __frcp_rn(s_hi);
-    qs[kSmRows + r] = __frcp_rn(s_hi * s_lo);
+    *qs_hi = __frcp_rn(s_hi);
+    *qs_lo = __frcp_rn(s_hi * s_lo);
   }
   // lo codes
-#pragma unroll 1
-  for (int i = 0; i < 9; ++i) {
+  ForQChunks<kUnroll>([&](int i) {
     float x[8];
     chunk(i, x);
     float y[8];
@@ -141,21 +153,92 @@ __device__ __forceinline__ void Q8FromQ(unsigned char* sQ8, float* qs, const uin
     const uint32_t o0 = F32x2ToE4m3(y[0], y[1]) | (F32x2ToE4m3(y[2], y[3]) << 16);
     const uint32_t o1 = F32x2ToE4m3(y[4], y[5]) | (F32x2ToE4m3(y[6], y[7]) << 16);
     const int ch = part + 8 * i;
-    *reinterpret_cast<uint2*>(sQ8 + Q8Off<kQ8QRows>(kSmRows + r, ch >> 1) + (ch & 1) * 8) = make_uint2(o0, o1);
-  }
+    *reinterpret_cast<uint2*>(sQ8 + Q8Off<kQRows>(lo_row, ch >> 1) + (ch & 1) * 8) = make_uint2(o0, o1);
+  });
+}
+
+// mla_small_q8's Q: the 16-bit tile (Off16 layout, rows >= G*H zero) -> hi rows 0..15, lo rows 16..31; qs[r] = 1 / s_hi,
+// qs[16 + r] = 1 / (s_hi s_lo). 8 threads per row (pt = 0..127).
+template <bool kBf16>
+__device__ __forceinline__ void Q8FromQ(unsigned char* sQ8, float* qs, const uint16_t* sQ, int pt) {
+  const int r = pt >> 3, part = pt & 7;
+  Q8RowTerms<kBf16, kQ8QRows, false>(sQ8, r, kSmRows + r, qs + r, qs + kSmRows + r, part, [&](int i) {
+    return *reinterpret_cast<const uint4*>(sQ + Off16(r, part + 8 * i));
+  });
 }
 
 // S^T's wgmmas on block c of a raw fp8 tile at shared address `base` (c < 4: latent block c, 4 k32 steps, 128-byte
-// swizzle; c = 4: the rope, 2 steps, 64-byte swizzle) against the two-term E4M3 Q at q8a, accumulating into s.
-__device__ __forceinline__ void Q8SBlock(float (&s)[4][4], uint32_t base, uint32_t q8a, int c) {
+// swizzle; c = 4: the rope, 2 steps, 64-byte swizzle) against E4M3 Q rows at q8a (the B operand's first row in a
+// kQRows-row Q8Off tile; N = 8 kN8 rows), accumulating into s.
+template <int kQRows, int kN8>
+__device__ __forceinline__ void Q8SBlock(float (&s)[kN8][4], uint32_t base, uint32_t q8a, int c) {
   if (c < 4) {
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
-      Wgmma_m64n32k32_e4m3(s, Desc(base + c * (kTokTile * 128) + kk * 32, 16, 1024), Desc(q8a + c * (kQ8QRows * 128) + kk * 32, 16, 1024));
+      WgmmaE4m3K32(s, Desc(base + c * (kTokTile * 128) + kk * 32, 16, 1024), Desc(q8a + c * (kQRows * 128) + kk * 32, 16, 1024));
   } else {
 #pragma unroll
     for (int kk = 0; kk < 2; ++kk)
-      Wgmma_m64n32k32_e4m3(s, Desc64(base + 4 * (kTokTile * 128) + kk * 32), Desc64(q8a + 4 * (kQ8QRows * 128) + kk * 32));
+      WgmmaE4m3K32(s, Desc64(base + 4 * (kTokTile * 128) + kk * 32), Desc64(q8a + 4 * (kQRows * 128) + kk * 32));
+  }
+}
+
+// The raw fp8 tiles of one segment (sequence b, tiles blk0 .. blk0 + n - 1, len tokens) into a ring of kBufs tiles, by the
+// 128 threads of a producer warpgroup (pt = 0..127); k counts the CTA's tiles (buffer k % kBufs, its use k / kBufs; an
+// empty barrier completes once per use). kTma: a whole tile is 5 TMA boxes issued by thread 0 (warp 0 waits for the
+// buffer; page id read a tile ahead; kVar bit 5: L2 evict-first with policy pol; bit 0: no loads, bytes completed by
+// hand). A partial last tile, and every tile without kTma, goes through cp.async by all 128 threads (zero fill past len,
+// no read of rows past the bound): each waits for its own copies and, after a producer barrier, thread 0 arrives once
+// per block. Full barriers: one arrival (+ bytes).
+template <int kBufs, bool kTma, int kVar>
+__device__ __forceinline__ void Q8ProduceSegment(unsigned char* ring, uint64_t (*full)[5], uint64_t* empty, const Q8Maps& maps,
+                                                 const Params& p, const QParams& qp, int b, int blk0, int n, int len, int& k,
+                                                 int pt, uint64_t pol) {
+  auto page_of = [&](int t0) { return t0 < len ? min(max(__ldg(p.page_table + (long long)b * p.npp + t0 / p.P), 0), p.N - 1) : 0; };
+  int pg_next = kTma && pt < 32 ? page_of(blk0 * kTokTile) : 0;
+  for (int j = 0; j < n; ++j, ++k) {
+    const int buf = k % kBufs, u = k / kBufs, t0 = (blk0 + j) * kTokTile;
+    unsigned char* dst = ring + buf * kQ8TileBytes;
+    if (kTma && t0 + kTokTile <= len) {
+      if (pt >= 32) continue;
+      const int y = pg_next * p.P + t0 % p.P;
+      if (j + 1 < n) pg_next = page_of(t0 + kTokTile);
+      if (u >= 1) MbarWait(&empty[buf], (u - 1) & 1);
+      if (pt == 0) {
+#pragma unroll
+        for (int c = 0; c < 5; ++c) {
+          MbarArriveExpectTx(&full[buf][c], c < 4 ? kTokTile * 128 : kTokTile * 64);
+          if constexpr ((kVar & 1) == 0)
+            TmaLoad2d<(kVar & 32) != 0>(dst + c * kTokTile * 128, c < 4 ? &maps.lat : &maps.rope, c < 4 ? c * 128 : 0, y,
+                                        &full[buf][c], pol);
+          else
+            asm volatile("mbarrier.complete_tx.shared::cta.b64 [%0], %1;\n" ::"r"(SmemAddr(&full[buf][c])),
+                         "r"(c < 4 ? kTokTile * 128 : kTokTile * 64) : "memory");
+        }
+      }
+      __syncwarp();
+    } else {
+      // With kTma, warps 1..3 skipped the whole tiles' empty waits; a parity wait can only be trusted for the latest
+      // phase, so warp 0 waits first and the others follow it through the barrier.
+      if (pt < 32 && u >= 1) MbarWait(&empty[buf], (u - 1) & 1);
+      NamedBarSync(5, 128);
+      const int tg2 = pt >> 2, cq2 = pt & 3;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int t = t0 + tg2 + 32 * h;
+        const bool valid = t < len;
+        const size_t row = valid ? (size_t)min(max(__ldg(p.page_table + (long long)b * p.npp + t / p.P), 0), p.N - 1) * p.P + t % p.P : 0;
+#pragma unroll
+        for (int c = 0; c < 9; ++c) {
+          const uint8_t* src = c < 8 ? qp.kv_lat8 + row * kDl + c * 64 + cq2 * 16 : qp.kv_rope8 + row * kDr + cq2 * 16;
+          if constexpr ((kVar & 1) == 0) CpAsync16(dst + Q8Off<kTokTile>(tg2 + 32 * h, 4 * c + cq2), src, valid);
+        }
+      }
+      CpAsyncWaitAll();
+      NamedBarSync(5, 128);
+      if (pt == 0)
+        for (int c = 0; c < 5; ++c) MbarArrive(&full[buf][c]);
+    }
   }
 }
 
@@ -366,55 +449,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParam
       MbarArrive(&bars->q_full);
       ++sc;
       if constexpr (kTma) {
-        // TMA: warp 0 waits, lane 0 issues whole tiles (5 boxes; page id read a tile ahead). A partial last tile
-        // goes through cp.async by all 128 threads (zero fill past len, no read of rows past the bound); each
-        // waits for its own copies and, after a producer barrier, thread 0 arrives once per block.
-        auto page_of = [&](int t0) { return t0 < len ? min(max(__ldg(p.page_table + (long long)b * p.npp + t0 / p.P), 0), p.N - 1) : 0; };
-        int pg_next = pt < 32 ? page_of(blk0 * kTokTile) : 0;
-        for (int j = 0; j < n; ++j, ++k) {
-          const int buf = k % kQ8Bufs, u = k / kQ8Bufs, t0 = (blk0 + j) * kTokTile;
-          unsigned char* dst = ring + buf * kQ8TileBytes;
-          if (t0 + kTokTile <= len) {
-            if (pt >= 32) continue;
-            const int y = pg_next * p.P + t0 % p.P;
-            if (j + 1 < n) pg_next = page_of(t0 + kTokTile);
-            if (u >= 1) MbarWait(&bars->empty[buf], (u - 1) & 1);
-            if (pt == 0) {
-#pragma unroll
-              for (int c = 0; c < 5; ++c) {
-                MbarArriveExpectTx(&bars->full[buf][c], c < 4 ? kTokTile * 128 : kTokTile * 64);
-                if constexpr ((kVar & 1) == 0)
-                  TmaLoad2d<(kVar & 32) != 0>(dst + c * kTokTile * 128, c < 4 ? &maps.lat : &maps.rope, c < 4 ? c * 128 : 0, y,
-                                              &bars->full[buf][c], pol);
-                else
-                  asm volatile("mbarrier.complete_tx.shared::cta.b64 [%0], %1;\n" ::"r"(SmemAddr(&bars->full[buf][c])),
-                               "r"(c < 4 ? kTokTile * 128 : kTokTile * 64) : "memory");
-              }
-            }
-            __syncwarp();
-          } else {
-            // Warps 1..3 skipped the whole tiles' empty waits; a parity wait can only be trusted for the latest
-            // phase, so warp 0 waits first and the others follow it through the barrier.
-            if (pt < 32 && u >= 1) MbarWait(&bars->empty[buf], (u - 1) & 1);
-            NamedBarSync(5, 128);
-            const int tg2 = pt >> 2, cq2 = pt & 3;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int t = t0 + tg2 + 32 * h;
-              const bool valid = t < len;
-              const size_t row = valid ? (size_t)min(max(__ldg(p.page_table + (long long)b * p.npp + t / p.P), 0), p.N - 1) * p.P + t % p.P : 0;
-#pragma unroll
-              for (int c = 0; c < 9; ++c) {
-                const uint8_t* src = c < 8 ? qp.kv_lat8 + row * kDl + c * 64 + cq2 * 16 : qp.kv_rope8 + row * kDr + cq2 * 16;
-                if constexpr ((kVar & 1) == 0) CpAsync16(dst + Q8Off<kTokTile>(tg2 + 32 * h, 4 * c + cq2), src, valid);
-              }
-            }
-            CpAsyncWaitAll();
-            NamedBarSync(5, 128);
-            if (pt == 0)
-              for (int c = 0; c < 5; ++c) MbarArrive(&bars->full[buf][c]);
-          }
-        }
+        Q8ProduceSegment<kQ8Bufs, true, kVar>(ring, bars->full, bars->empty, maps, p, qp, b, blk0, n, len, k, pt, pol);
         continue;
       }
       // cp.async: 4 threads per token row: tokens tg2 + 32 h, 16-byte unit cq2 of each 64-byte column group
@@ -540,7 +575,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParam
           for (int i = 0; i < 4; ++i) a[i][0] = a[i][1] = a[i][2] = a[i][3] = 0.f;
           FenceRegs(a);
           WgFence();
-          Q8SBlock(a, base, q8a, c);
+          Q8SBlock<kQ8QRows>(a, base, q8a, c);
           WgCommit();
         }
         WgWait0();
@@ -562,7 +597,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParam
             FenceProxyAsync();  // cp.async-filled tiles (generic writes) -> wgmma reads
             WgFence();
           }
-          if constexpr ((kVar & 8) == 0) Q8SBlock(s2, base, q8a, c);
+          if constexpr ((kVar & 8) == 0) Q8SBlock<kQ8QRows>(s2, base, q8a, c);
         }
         WgCommit();
         WgWait0();  // also retires this consumer's PV of its previous tile
