@@ -428,6 +428,22 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (argc > 2 && std::strcmp(argv[1], "m8chk") == 0) {
+    // One variant V (0, 128: cp.async tiles) of mla_mid_q8 on a ring-wrapping case (16 x 8192 tokens, G=4, H=16), for
+    // the sanitizers: "m8chk V".
+    const int V = std::atoi(argv[2]);
+    Case c = MakeCase(16, 4, 16, 64, std::vector<int>(16, 8192), 65);
+    QHost qh = MakeQuant(c, kFmtFp8, 67);
+    QuantizeQueriesFp8Two(c);
+    Dev d = Upload(c, scale);
+    QParams qp = UploadQuant(qh);
+    g_lse_tol = 3e-2;
+    const bool ok = V == 128 ? RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 128>(d, qp); })
+                             : RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8>(d, qp); });
+    FreeQuant(qp);
+    Free(d);
+    return ok ? 0 : 1;
+  }
   if (argc > 2 && (std::strcmp(argv[1], "q4chk") == 0 || std::strcmp(argv[1], "q8chk") == 0)) {
     // One variant V (0, 128, 256, 384) of mla_small_q4 / _q8 on the ring-wrapping check case (16 x 8192 tokens), for
     // the sanitizers: "q4chk V", "q8chk V".
