@@ -304,18 +304,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8(Params p, Sched s, QParams 
         for (int hh = 0; hh < 2; ++hh) {
           const uint2 x = raw[hh][0], y = raw[hh][1];
           const uint32_t xw[2] = {x.x, x.y}, yw[2] = {y.x, y.y};
-#pragma unroll
-          for (int q4 = 0; q4 < 2; ++q4) {  // bytes 4 q4 .. 4 q4 + 3: dims of m-blocks 2 q4 (h 0, 1), 2 q4 + 1
-            const uint32_t lo = Prmt(xw[q4], yw[q4], sel_lo), hi = Prmt(xw[q4], yw[q4], sel_hi);
-            if constexpr ((kVar & 4) != 0) {  // probe: no conversion
-              a[2 * q4][2 * hh] = lo; a[2 * q4][2 * hh + 1] = lo >> 16; a[2 * q4 + 1][2 * hh] = hi; a[2 * q4 + 1][2 * hh + 1] = hi >> 16;
-            } else {
-              a[2 * q4][2 * hh] = Fp8x2ToT<false>(lo);
-              a[2 * q4][2 * hh + 1] = Fp8x2ToT<false>(lo >> 16);
-              a[2 * q4 + 1][2 * hh] = Fp8x2ToT<false>(hi);
-              a[2 * q4 + 1][2 * hh + 1] = Fp8x2ToT<false>(hi >> 16);
-            }
-          }
+          E4m3PairsToA<2, (kVar & 4) != 0>(a, xw, yw, hh, sel_lo, sel_hi);  // kVar bit 2 (probe): no conversion
         }
         if (kk == 3) MbarArrive(&bars->empty[buf]);  // this thread's reads of the tile are done (S retired above)
         WgFence();

@@ -242,6 +242,27 @@ __device__ __forceinline__ void Q8ProduceSegment(unsigned char* ring, uint64_t (
   }
 }
 
+// Two tokens' E4M3 bytes of a thread's latent dims (words xw of token x, yw of token y, kWords words) -> the f16 A
+// fragments of 2 kWords m-blocks at slots 2 hh (h = 0) and 2 hh + 1 (h = 1): byte 4 q4 + 2 i' + h of a word is dim h of
+// m-block 2 q4 + i'. One byte permute pairs the tokens (sel_lo / sel_hi: odd-c4 lanes read the odd token first), one
+// cvt.rn.f16x2.e4m3x2 per pair (exact). kRaw (a timing probe): the permuted bytes without the conversion.
+template <int kWords, bool kRaw>
+__device__ __forceinline__ void E4m3PairsToA(uint32_t (&a)[2 * kWords][4], const uint32_t (&xw)[kWords], const uint32_t (&yw)[kWords],
+                                             int hh, uint32_t sel_lo, uint32_t sel_hi) {
+#pragma unroll
+  for (int q4 = 0; q4 < kWords; ++q4) {
+    const uint32_t lo = Prmt(xw[q4], yw[q4], sel_lo), hi = Prmt(xw[q4], yw[q4], sel_hi);
+    if constexpr (kRaw) {
+      a[2 * q4][2 * hh] = lo; a[2 * q4][2 * hh + 1] = lo >> 16; a[2 * q4 + 1][2 * hh] = hi; a[2 * q4 + 1][2 * hh + 1] = hi >> 16;
+    } else {
+      a[2 * q4][2 * hh] = Fp8x2ToT<false>(lo);
+      a[2 * q4][2 * hh + 1] = Fp8x2ToT<false>(lo >> 16);
+      a[2 * q4 + 1][2 * hh] = Fp8x2ToT<false>(hi);
+      a[2 * q4 + 1][2 * hh + 1] = Fp8x2ToT<false>(hi >> 16);
+    }
+  }
+}
+
 // One tile's column softmax in the raw-tile kernels (log2 units, as mla_small_gh), called by the consumer that owns
 // the tile: masks the logits st of token rows ta / tb (tile start t0) by the rows' bounds bq, exchanges the column
 // maxima across the 4 warps through red (barrier 1 + w), updates m and l, writes P^T (f16) to myPT, rescales O^T and
@@ -626,18 +647,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParam
           const uint4 x = *reinterpret_cast<const uint4*>(vt + tx * 128 + ((g ^ (tx & 7)) << 4));
           const uint4 y = *reinterpret_cast<const uint4*>(vt + ty * 128 + ((g ^ (ty & 7)) << 4));
           const uint32_t xw[4] = {x.x, x.y, x.z, x.w}, yw[4] = {y.x, y.y, y.z, y.w};
-#pragma unroll
-          for (int q4 = 0; q4 < 4; ++q4) {  // bytes 4 q4 .. 4 q4 + 3: dims of m-blocks 2 q4 (h 0, 1), 2 q4 + 1
-            const uint32_t lo = Prmt(xw[q4], yw[q4], sel_lo), hi = Prmt(xw[q4], yw[q4], sel_hi);
-            if constexpr ((kVar & 4) != 0) {  // probe: no conversion
-              a[2 * q4][2 * hh] = lo; a[2 * q4][2 * hh + 1] = lo >> 16; a[2 * q4 + 1][2 * hh] = hi; a[2 * q4 + 1][2 * hh + 1] = hi >> 16;
-            } else {
-              a[2 * q4][2 * hh] = Fp8x2ToT<false>(lo);
-              a[2 * q4][2 * hh + 1] = Fp8x2ToT<false>(lo >> 16);
-              a[2 * q4 + 1][2 * hh] = Fp8x2ToT<false>(hi);
-              a[2 * q4 + 1][2 * hh + 1] = Fp8x2ToT<false>(hi >> 16);
-            }
-          }
+          E4m3PairsToA<4, (kVar & 4) != 0>(a, xw, yw, hh, sel_lo, sel_hi);  // kVar bit 2 (probe): no conversion
         }
         if (kk == 3) {  // every read of this buffer is done (S's wgmma retired above): back to the producer
           __syncwarp();
