@@ -320,15 +320,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8(Params p, Sched s, QParams 
     WgWait0();
     FenceRegs(oacc[0]); FenceRegs(oacc[1]); FenceRegs(oacc[2]); FenceRegs(oacc[3]);
     float lt[4][2];
-#pragma unroll
-    for (int n8 = 0; n8 < 4; ++n8)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float v = l[n8][e];
-#pragma unroll
-        for (int off = 4; off <= 16; off <<= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-        lt[n8][e] = v;
-      }
+    SumOverTokenLanes(lt, l);
     if (g == 0)  // myRed's last readers (the last tile's softmax) passed the 256-thread barrier before this thread did
 #pragma unroll
       for (int n8 = 0; n8 < 4; ++n8)

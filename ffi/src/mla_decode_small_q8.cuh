@@ -263,6 +263,21 @@ __device__ __forceinline__ void E4m3PairsToA(uint32_t (&a)[2 * kWords][4], const
   }
 }
 
+// Per-column sums over the 64 token rows' lanes of a warp: v[n8][e] summed over the 8 lanes of a column (lane / 4),
+// for the l of each query row at a segment end (the 4-warp sum follows through shared memory).
+template <int kN8>
+__device__ __forceinline__ void SumOverTokenLanes(float (&out)[kN8][2], const float (&v)[kN8][2]) {
+#pragma unroll
+  for (int n8 = 0; n8 < kN8; ++n8)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float x = v[n8][e];
+#pragma unroll
+      for (int off = 4; off <= 16; off <<= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+      out[n8][e] = x;
+    }
+}
+
 // One tile's column softmax in the raw-tile kernels (log2 units, as mla_small_gh), called by the consumer that owns
 // the tile: masks the logits st of token rows ta / tb (tile start t0) by the rows' bounds bq, exchanges the column
 // maxima across the 4 warps through red (barrier 1 + w), updates m and l, writes P^T (f16) to myPT, rescales O^T and
@@ -333,15 +348,7 @@ __device__ __forceinline__ void RawTileSegmentEnd(const Params& p, int si, int w
   MbarArrive(q_empty);  // Q may be replaced by the next segment's
   float* red = myRed + (own & 1) * 64;
   float lt[2][2];
-#pragma unroll
-  for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      float v = l[n8][e];
-#pragma unroll
-      for (int off = 4; off <= 16; off <<= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-      lt[n8][e] = v;
-    }
+  SumOverTokenLanes(lt, l);
   NamedBarSync(1 + w, 128);
   SmPutColumns(red, wi, lane, lt);
   NamedBarSync(1 + w, 128);
