@@ -34,8 +34,9 @@ constexpr int kM8QRows = 2 * kM8Rows;       // E4M3 Q rows: consumer w's B opera
 constexpr int kM8QBytes = kM8QRows * kD;    // 73728
 constexpr int kM8PTElems = kM8Rows * kTokTile;  // one P^T [64 rows x 64 tokens], f16, 128-byte swizzle (8 KB)
 // setmaxnreg budgets: the producer (TMA issue, cp.async for partial tiles) and two consumers; 128 x (P + 2 C) <= 64 K.
-// With one PV step (16 tokens: 16 fragment registers) in flight per consumer the kernel compiles without spills at 232;
-// two (kVar bit 10) spill ~90 bytes.
+// One PV step (16 tokens: 16 fragment registers) in flight per consumer, plus the next step's raw bytes (8): ptxas reports
+// 16 bytes of spill at 232 (0 without the raw-byte prefetch, which is 2-3 % faster anyway); two steps in flight spilled
+// ~90 bytes and ran 1-3 % slower (benchmarks/NOTES.md session 11).
 constexpr int kM8ProdRegs = 40, kM8ConsRegs = 232;
 static_assert(kM8ProdRegs + 2 * kM8ConsRegs <= 512, "setmaxnreg budgets exceed the CTA's registers");
 using M8Bars = Q8BarsT<kM8Bufs>;
@@ -71,9 +72,7 @@ __device__ __forceinline__ void M8QFromGlobal(unsigned char* sQ8, float* sQs, co
 }
 
 // kVar: bit 5: TMA loads with an L2 evict-first hint; bit 9: S promoted to f32 per 128-feature block
-// (HELIX_MLA_DECODE_FP8_S=f32; see mla_small_q8); bit 10: two PV steps in flight; bit 11: lazy rescaling (a row's
-// reference max moves only when the tile's max exceeds it by more than 2^8, so P^T <= 256 in f16, and O^T is rescaled
-// only in tiles where some row's moved). Probes of the standalone driver (not correct kernels): bit 0: the producer
+// (HELIX_MLA_DECODE_FP8_S=f32; see mla_small_q8). Probes of the standalone driver (not correct kernels): bit 0: the producer
 // issues no loads (the consumers' math alone); bit 1: the consumers wait for each tile and release it (the producer
 // alone); bit 2: V^T fragments without the E4M3 conversion; bit 3: no S wgmma; bit 4: no PV wgmma.
 template <bool kBf16, bool kTma, int kVar = 0>
@@ -153,14 +152,8 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8(Params p, Sched s, QParams 
     if (ct < kM8Rows) sBq[ct] = ct < p.GH ? min(max(p.bounds[b * p.G + ct / p.H], 0), p.cap) : 0;
     FenceProxyAsync();         // E4M3 Q (generic stores) -> wgmma
     NamedBarSync(4, 256);      // (the rows' bounds and Q factors stay in shared memory: registers are O^T's)
-    float oacc[4][8][4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int n8 = 0; n8 < 8; ++n8) oacc[i][n8][0] = oacc[i][n8][1] = oacc[i][n8][2] = oacc[i][n8][3] = 0.f;
-    float m[4][2], l[4][2];
-#pragma unroll
-    for (int n8 = 0; n8 < 4; ++n8) m[n8][0] = m[n8][1] = -INFINITY, l[n8][0] = l[n8][1] = 0.f;
+    float oacc[4][8][4], m[4][2], l[4][2];
+    StartSegmentState(oacc, m, l);
 
     for (int j = 0; j < n; ++j) {
       const int k = kbase + j, buf = k % kM8Bufs, ph = (k / kM8Bufs) & 1, par = k & 1;
@@ -206,7 +199,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8(Params p, Sched s, QParams 
         WgWait0();  // also retires this consumer's PV of the previous tile
         FenceRegs(s2);
       }
-      FenceRegs(oacc[0]); FenceRegs(oacc[1]); FenceRegs(oacc[2]); FenceRegs(oacc[3]);
+      FenceAcc(oacc);
       const int t0 = (blk0 + j) * kTokTile;
       // Column softmax of this consumer's rows (log2 units): logits, mask, max over the 64 tokens.
       float st[4][4], cm[4][2];
@@ -238,18 +231,9 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8(Params p, Sched s, QParams 
         for (int e = 0; e < 2; ++e) {
           const int r32 = n8 * 8 + c4 * 2 + e, q = 32 * w + r32;
           const float mx = fmaxf(fmaxf(myRed[r32], myRed[32 + r32]), fmaxf(myRed[64 + r32], myRed[96 + r32]));
-          float al;
-          if constexpr ((kVar & 2048) != 0) {
-            // Lazy: keep the reference max unless this tile's exceeds it by 2^8 (a row without any logit yet keeps -inf
-            // and factor 1: its O^T is zero either way).
-            al = 1.f;
-            if (mx > m[n8][e] + 8.f) al = exp2f(m[n8][e] - mx), m[n8][e] = mx;
-          } else {
-            const float mn = fmaxf(m[n8][e], mx);
-            al = exp2f(m[n8][e] - (mn == -INFINITY ? 0.f : mn));
-            m[n8][e] = mn;
-          }
-          const float mu = m[n8][e] == -INFINITY ? 0.f : m[n8][e];
+          const float mn = fmaxf(m[n8][e], mx), mu = mn == -INFINITY ? 0.f : mn;
+          const float al = exp2f(m[n8][e] - mu);
+          m[n8][e] = mn;
           const float pa = exp2f(st[n8][e] - mu), pb = exp2f(st[n8][2 + e] - mu);
           l[n8][e] = l[n8][e] * al + pa + pb;
           const uint32_t pk = Pack2<false>(pa, pb);
@@ -260,24 +244,14 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8(Params p, Sched s, QParams 
       FenceProxyAsync();     // P^T stores -> wgmma
       NamedBarSync(4, 256);  // both consumers' rows of P^T and factors written
       // O^T (all 64 rows, this consumer's dims) *= the rows' factors.
-      {
-        float al[8][2];
-        bool moved = false;
 #pragma unroll
-        for (int n8 = 0; n8 < 8; ++n8) {
-          al[n8][0] = sAl[par * kM8Rows + n8 * 8 + c4 * 2], al[n8][1] = sAl[par * kM8Rows + n8 * 8 + c4 * 2 + 1];
-          moved |= al[n8][0] != 1.f || al[n8][1] != 1.f;
-        }
-        // A warp's lanes hold all 64 columns between them, so every warp takes the same branch.
-        if ((kVar & 2048) == 0 || __any_sync(0xffffffffu, moved))
+      for (int n8 = 0; n8 < 8; ++n8) {
+        const float a0 = sAl[par * kM8Rows + n8 * 8 + c4 * 2], a1 = sAl[par * kM8Rows + n8 * 8 + c4 * 2 + 1];
 #pragma unroll
-          for (int n8 = 0; n8 < 8; ++n8)
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-              oacc[i][n8][0] *= al[n8][0], oacc[i][n8][1] *= al[n8][1], oacc[i][n8][2] *= al[n8][0], oacc[i][n8][3] *= al[n8][1];
+        for (int i = 0; i < 4; ++i) oacc[i][n8][0] *= a0, oacc[i][n8][1] *= a1, oacc[i][n8][2] *= a0, oacc[i][n8][3] *= a1;
       }
-      FenceRegs(oacc[0]); FenceRegs(oacc[1]); FenceRegs(oacc[2]); FenceRegs(oacc[3]);
-      // O^T += V^T P^T, 16 tokens per step, at most two steps in flight (32 fragment registers pinned).
+      FenceAcc(oacc);
+      // O^T += V^T P^T, 16 tokens per step, one step in flight (16 fragment registers).
       const unsigned char* vt = ring + buf * kQ8TileBytes + (2 * w + (wi >> 1)) * (kTokTile * 128);
       const uint32_t pta = pt_a + par * (kM8PTElems * 2);
       // The raw V bytes of step kk + 1 are loaded right after step kk's issue, so their latency hides behind its
@@ -294,11 +268,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8(Params p, Sched s, QParams 
       load_raw(0);
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        if constexpr ((kVar & 1024) != 0) {
-          if (kk >= 2) WgWait<1>();
-        } else if (kk >= 1) {
-          WgWait0();
-        }
+        if (kk >= 1) WgWait0();
         uint32_t a[4][4];
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
@@ -318,7 +288,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8(Params p, Sched s, QParams 
     }
     // Segment end: L per row (sum over the 64 token rows), then every row's o for this consumer's dims.
     WgWait0();
-    FenceRegs(oacc[0]); FenceRegs(oacc[1]); FenceRegs(oacc[2]); FenceRegs(oacc[3]);
+    FenceAcc(oacc);
     float lt[4][2];
     SumOverTokenLanes(lt, l);
     if (g == 0)  // myRed's last readers (the last tile's softmax) passed the 256-thread barrier before this thread did

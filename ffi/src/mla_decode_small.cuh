@@ -75,11 +75,40 @@ __device__ __forceinline__ void SmPutColumns(float* red, int wi, int lane, const
       for (int e = 0; e < 2; ++e) red[wi * 16 + n8 * 8 + lane * 2 + e] = v[n8][e];
 }
 
-// The 8 x m64n16 O^T accumulators of a consumer thread through a register fence (FenceRegs on each m-block).
-__device__ __forceinline__ void FenceAcc(float (&o)[8][2][4]) {
+// The O^T accumulators of a consumer thread (M m-blocks of N / 8 column groups) through a register fence (FenceRegs on
+// each m-block).
+template <int M, int N8>
+__device__ __forceinline__ void FenceAcc(float (&o)[M][N8][4]) {
 #pragma unroll
-  for (int i = 0; i < 8; ++i) FenceRegs(o[i]);
+  for (int i = 0; i < M; ++i) FenceRegs(o[i]);
 }
+
+// A consumer's state at a segment start: O^T accumulators zero, each query row's running max -inf and sum 0.
+template <int M, int N8, int R8>
+__device__ __forceinline__ void StartSegmentState(float (&o)[M][N8][4], float (&m)[R8][2], float (&l)[R8][2]) {
+#pragma unroll
+  for (int i = 0; i < M; ++i)
+#pragma unroll
+    for (int n8 = 0; n8 < N8; ++n8) o[i][n8][0] = o[i][n8][1] = o[i][n8][2] = o[i][n8][3] = 0.f;
+#pragma unroll
+  for (int n8 = 0; n8 < R8; ++n8) m[n8][0] = m[n8][1] = -INFINITY, l[n8][0] = l[n8][1] = 0.f;
+}
+
+// Per-column sums over the 64 token rows' lanes of a warp: v[n8][e] summed over the 8 lanes of a column (lane / 4),
+// for the l of each query row at a segment end (the 4-warp sum follows through shared memory).
+template <int kN8>
+__device__ __forceinline__ void SumOverTokenLanes(float (&out)[kN8][2], const float (&v)[kN8][2]) {
+#pragma unroll
+  for (int n8 = 0; n8 < kN8; ++n8)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float x = v[n8][e];
+#pragma unroll
+      for (int off = 4; off <= 16; off <<= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+      out[n8][e] = x;
+    }
+}
+
 
 // A segment without tiles (never produced by the schedule): keep its partial defined (o = 0, lse = -inf); lanes 0..3
 // of one warp.
@@ -453,14 +482,8 @@ __global__ void __launch_bounds__(128 * (kNc + kNp), 1) mla_small_gh(Params p, S
       for (int e = 0; e < 2; ++e)
         slq[n8][e] = kFmt == kFmtNative ? sl2 : sl2 * sQs[n8 * 8 + (lane & 3) * 2 + e];
 
-    float oacc[8][2][4];
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-#pragma unroll
-      for (int n8 = 0; n8 < 2; ++n8) oacc[i][n8][0] = oacc[i][n8][1] = oacc[i][n8][2] = oacc[i][n8][3] = 0.f;
-    float m[2][2], l[2][2];
-#pragma unroll
-    for (int n8 = 0; n8 < 2; ++n8) m[n8][0] = m[n8][1] = -INFINITY, l[n8][0] = l[n8][1] = 0.f;
+    float oacc[8][2][4], m[2][2], l[2][2];
+    StartSegmentState(oacc, m, l);
 
     int own = 0;  // tiles of this segment this consumer has taken
     for (int j = (kNc == 2 && ((kbase & 1) != w)) ? 1 : 0; j < n; j += kNc, ++own) {
@@ -568,15 +591,7 @@ __global__ void __launch_bounds__(128 * (kNc + kNp), 1) mla_small_gh(Params p, S
     // Column sums over the 64 token rows: shuffle, then the 4 warps through shared memory.
     float* red = myRed + (own & 1) * 64;  // the buffer the last tile's max exchange did not use
     float lt[2][2];
-#pragma unroll
-    for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float v = l[n8][e];
-#pragma unroll
-        for (int off = 4; off <= 16; off <<= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-        lt[n8][e] = v;
-      }
+    SumOverTokenLanes(lt, l);
     NamedBarSync(1 + w, 128);
     SmPutColumns(red, wi, lane, lt);
     NamedBarSync(1 + w, 128);

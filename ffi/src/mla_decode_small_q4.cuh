@@ -291,14 +291,8 @@ __global__ void __launch_bounds__(384, 1) mla_small_q4(Params p, Sched s, QParam
 #pragma unroll
       for (int e = 0; e < 2; ++e) slq[n8][e] = sl2 * sQs[n8 * 8 + c4 * 2 + e];
 
-    float oacc[8][2][4];
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-#pragma unroll
-      for (int n8 = 0; n8 < 2; ++n8) oacc[i][n8][0] = oacc[i][n8][1] = oacc[i][n8][2] = oacc[i][n8][3] = 0.f;
-    float m[2][2], l[2][2];
-#pragma unroll
-    for (int n8 = 0; n8 < 2; ++n8) m[n8][0] = m[n8][1] = -INFINITY, l[n8][0] = l[n8][1] = 0.f;
+    float oacc[8][2][4], m[2][2], l[2][2];
+    StartSegmentState(oacc, m, l);
 
     int own = 0;
     for (int j = ((kbase & 1) != w) ? 1 : 0; j < n; j += 2, ++own) {

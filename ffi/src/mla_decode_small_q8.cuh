@@ -263,21 +263,6 @@ __device__ __forceinline__ void E4m3PairsToA(uint32_t (&a)[2 * kWords][4], const
   }
 }
 
-// Per-column sums over the 64 token rows' lanes of a warp: v[n8][e] summed over the 8 lanes of a column (lane / 4),
-// for the l of each query row at a segment end (the 4-warp sum follows through shared memory).
-template <int kN8>
-__device__ __forceinline__ void SumOverTokenLanes(float (&out)[kN8][2], const float (&v)[kN8][2]) {
-#pragma unroll
-  for (int n8 = 0; n8 < kN8; ++n8)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      float x = v[n8][e];
-#pragma unroll
-      for (int off = 4; off <= 16; off <<= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
-      out[n8][e] = x;
-    }
-}
-
 // One tile's column softmax in the raw-tile kernels (log2 units, as mla_small_gh), called by the consumer that owns
 // the tile: masks the logits st of token rows ta / tb (tile start t0) by the rows' bounds bq, exchanges the column
 // maxima across the 4 warps through red (barrier 1 + w), updates m and l, writes P^T (f16) to myPT, rescales O^T and
@@ -557,14 +542,8 @@ __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParam
         slo[n8][e] = sl2 * sQs[kSmRows + n8 * 8 + c4 * 2 + e];
       }
 
-    float oacc[8][2][4];
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-#pragma unroll
-      for (int n8 = 0; n8 < 2; ++n8) oacc[i][n8][0] = oacc[i][n8][1] = oacc[i][n8][2] = oacc[i][n8][3] = 0.f;
-    float m[2][2], l[2][2];
-#pragma unroll
-    for (int n8 = 0; n8 < 2; ++n8) m[n8][0] = m[n8][1] = -INFINITY, l[n8][0] = l[n8][1] = 0.f;
+    float oacc[8][2][4], m[2][2], l[2][2];
+    StartSegmentState(oacc, m, l);
 
     int own = 0;
     for (int j = ((kbase & 1) != w) ? 1 : 0; j < n; j += 2, ++own) {
