@@ -218,8 +218,8 @@ static void Free(Dev& d) {
   for (void* p : {(void*)d.ql, (void*)d.qr, (void*)d.cl, (void*)d.kr, (void*)d.o, (void*)d.pt, (void*)d.bd, (void*)d.lse, (void*)d.ws}) CK(cudaFree(p));
 }
 
-// part: 0 = whole call (schedule + main + combine), 1 = main kernel only (after one whole call), 2 = the
-// schedule alone, 3 = the combine alone. g_wide: the combine kernel (-1: Launch's rule, 0 / 1: force).
+// part: 0 = whole call (main + combine), 1 = main kernel only, 3 = the combine alone (after a whole call
+// wrote the partials and the per-sequence segment ranges). g_wide: the combine kernel (-1: Launch's rule, 0 / 1: force).
 static int g_wide = -1;
 template <int kMode, int kFmt = kFmtNative, int kVar = 0>
 static void Run(Dev& d, const QParams& qp = QParams{}, int part = 0) {
@@ -227,11 +227,10 @@ static void Run(Dev& d, const QParams& qp = QParams{}, int part = 0) {
   const int mtiles = (p.GH + kRowsTile - 1) / kRowsTile;
   const int num_parts = MainParts<true>(p, d.num_sms, mtiles, kMode == kSeesaw, kVar);
   const WsLayout l = Layout(p.B, p.GH);
-  Sched s{reinterpret_cast<int4*>(d.ws + l.seg), reinterpret_cast<int2*>(d.ws + l.part), reinterpret_cast<int2*>(d.ws + l.batch)};
+  Sched s{reinterpret_cast<int4*>(d.ws + l.seg), reinterpret_cast<int2*>(d.ws + l.part), reinterpret_cast<int2*>(d.ws + l.batch),
+          num_parts};
   p.lse_part = reinterpret_cast<float*>(d.ws + l.lse);
   p.o_part = reinterpret_cast<float*>(d.ws + l.o);
-  if (part == 0 || part == 2) LaunchSchedule(p.bounds, p.B, p.G, p.cap, num_parts, s, reinterpret_cast<int*>(p.lse_part), 0);
-  CK(cudaGetLastError());
   if (part <= 1) CK((LaunchMain<true, kMode, kFmt, kVar>(p, s, num_parts, mtiles, 0, qp)));
   if (part == 0 || part == 3) LaunchCombine<true>(p, s, num_parts, d.num_sms, d.o, d.lse, 0, g_wide);
   CK(cudaGetLastError());
@@ -302,6 +301,15 @@ static bool RunChecked(const Case& c, Dev& d, float scale, F run, const char* no
   const bool ok = Check(c, d, scale) < 2e-2;
   std::printf("  %s%s\n", ok ? "PASS" : "FAIL", note);
   return ok;
+}
+
+// One warp per part: its plan (range into part[q]) and its walk (segments into seg[]); part 0 writes batch[].
+__global__ void PlanCheck(const int* bounds, int B, int G, int cap, int parts, int4* seg, int2* part, int2* batch) {
+  PartPlan pl = PlanPart(bounds, B, G, cap, parts, blockIdx.x, blockIdx.x == 0 ? batch : nullptr);
+  if (threadIdx.x == 0) {
+    part[blockIdx.x] = pl.range;
+    for (int i = pl.range.x; i < pl.range.y; ++i) seg[i] = pl.cur.At(i, bounds, B, G, cap);
+  }
 }
 
 __global__ void FillRandom(uint16_t* x, size_t n, uint32_t seed) {
@@ -716,7 +724,7 @@ int main(int argc, char** argv) {
       {5, 4, 16, 128, {129, 4000, 64, 255, 2}},
       {5, 2, 128, 128, {130, 7000, 0, 64, 2049}},  // four row tiles (two clusters per part), P = 128
   };
-  {  // the device schedule (parallel up to kSchedMaxB sequences, serial past it) equals the host's serial one
+  {  // every part's plan on the device (PlanPart, one warp per part) equals the host's table
     std::mt19937 rng(77);
     bool same = true;
     int n = 0;
@@ -728,14 +736,15 @@ int main(int argc, char** argv) {
       std::vector<int4> seg(B + kMaxParts), dseg(B + kMaxParts);
       std::vector<int2> part(parts), dpart(parts), batch(B), dbatch(B);
       std::vector<int> scratch(B + kMaxParts);
-      BuildSchedule(bounds.data(), B, G, cap, parts, Sched{seg.data(), part.data(), batch.data()}, scratch.data());
-      int *db, *dscr;
+      BuildSchedule(bounds.data(), B, G, cap, parts, SchedTable{seg.data(), part.data(), batch.data()}, scratch.data());
+      int* db;
       int4* dsg;
       int2 *dpt, *dbt;
-      CK(cudaMalloc(&db, bounds.size() * 4)); CK(cudaMalloc(&dscr, scratch.size() * 4));
+      CK(cudaMalloc(&db, bounds.size() * 4));
       CK(cudaMalloc(&dsg, seg.size() * 16)); CK(cudaMalloc(&dpt, parts * 8)); CK(cudaMalloc(&dbt, B * 8));
       CK(cudaMemcpy(db, bounds.data(), bounds.size() * 4, cudaMemcpyHostToDevice));
-      LaunchSchedule(db, B, G, cap, parts, Sched{dsg, dpt, dbt}, dscr, 0);
+      CK(cudaMemset(dsg, 0xff, seg.size() * 16));
+      PlanCheck<<<parts, 32>>>(db, B, G, cap, parts, dsg, dpt, dbt);
       CK(cudaGetLastError());
       CK(cudaMemcpy(dpart.data(), dpt, parts * 8, cudaMemcpyDeviceToHost));
       CK(cudaMemcpy(dbatch.data(), dbt, B * 8, cudaMemcpyDeviceToHost));
@@ -744,10 +753,10 @@ int main(int argc, char** argv) {
       for (int q = 0; q < parts; ++q) same &= part[q].x == dpart[q].x && part[q].y == dpart[q].y;
       for (int b = 0; b < B; ++b) same &= batch[b].x == dbatch[b].x && batch[b].y == dbatch[b].y;
       for (int i = 0; i < nseg; ++i) same &= seg[i].x == dseg[i].x && seg[i].y == dseg[i].y && seg[i].z == dseg[i].z;
-      if (!same) std::printf("schedule differs: B=%d G=%d parts=%d (batch %d)\n", B, G, parts, it);
-      CK(cudaFree(db)); CK(cudaFree(dscr)); CK(cudaFree(dsg)); CK(cudaFree(dpt)); CK(cudaFree(dbt));
+      if (!same) std::printf("plans differ: B=%d G=%d parts=%d (batch %d)\n", B, G, parts, it);
+      CK(cudaFree(db)); CK(cudaFree(dsg)); CK(cudaFree(dpt)); CK(cudaFree(dbt));
     }
-    std::printf("device schedule equals the host's: %s (%d batches)\n", same ? "yes" : "NO", n);
+    std::printf("device part plans equal the host's schedule: %s (%d batches)\n", same ? "yes" : "NO", n);
     if (!same) return 1;
   }
   for (size_t ci = 0; ci < cases.size(); ++ci) {
@@ -839,16 +848,15 @@ int main(int argc, char** argv) {
       line("tma", std::integral_constant<int, 16>{});
       line("tma_evict_first", std::integral_constant<int, 32>{});
       line("tma_multicast", std::integral_constant<int, 64>{});
-      {  // the other two launches of a call, alone (after a whole call built the schedule and partials)
+      {  // the combine alone (after a whole call wrote the partials)
         const int it = 50;
-        const float sch = TimeMs<kSeesaw, kFmtNative, 32>(d, it, QParams{}, 2);
         g_wide = 0;
         const float cn = TimeMs<kSeesaw, kFmtNative, 32>(d, it, QParams{}, 3);
         g_wide = 1;
         const float cw = TimeMs<kSeesaw, kFmtNative, 32>(d, it, QParams{}, 3);
         g_wide = -1;
-        std::printf("load B=%d G=%d H=%d schedule-only %.4f  combine-only narrow %.4f wide %.4f (Launch picks %s)\n", sh.B,
-                    sh.G, sh.H, sch, cn, cw, CombineWide(sh.B, sh.G * sh.H, std::min(d.num_sms / ((sh.G * sh.H + 63) / 64), kMaxParts), d.num_sms) ? "wide" : "narrow");
+        std::printf("load B=%d G=%d H=%d combine-only narrow %.4f wide %.4f (Launch picks %s)\n", sh.B,
+                    sh.G, sh.H, cn, cw, CombineWide(sh.B, sh.G * sh.H, std::min(d.num_sms / ((sh.G * sh.H + 63) / 64), kMaxParts), d.num_sms) ? "wide" : "narrow");
       }
       Free(d);
     }

@@ -2,7 +2,9 @@
 // tests/test_ffi_build.py; needs nvcc, no GPU). For random batches (empty sequences, one long
 // sequence beside short ones, B up to 1024, parts 1..160): every (sequence, 64-token tile) below the
 // sequence's longest bound is covered exactly once, segments stay inside one sequence, each part's
-// segments are contiguous and its cost (tiles + 1 per segment) is within one tile of an even share.
+// segments are contiguous and its cost (tiles + 1 per segment) is within one tile of an even share; and each
+// part's own plan (PlanPartSerial, the reference of the kernels' per-CTA PlanPart) gives the table's range and,
+// walked segment by segment, the table's segments.
 #include "mla_decode_cuda.cu"
 
 #include <cstdio>
@@ -32,7 +34,7 @@ int main() {
     std::vector<int4> seg(B + kMaxParts);
     std::vector<int2> part(num_parts), batch(B);
     std::vector<int> scratch(B + kMaxParts);
-    Sched s{seg.data(), part.data(), batch.data()};
+    SchedTable s{seg.data(), part.data(), batch.data()};
     BuildSchedule(bounds.data(), B, G, cap, num_parts, s, scratch.data());
     long long total = 0;
     std::vector<int> nblk(B);
@@ -59,6 +61,21 @@ int main() {
         next = seg[i].z;
       }
       if (next != nblk[b]) { std::printf("FAIL b=%d covers %d of %d tiles (case %d)\n", b, next, nblk[b], it); return 1; }
+    }
+    for (int p = 0; p < num_parts; ++p) {
+      PartPlan pl = PlanPartSerial(bounds.data(), B, G, cap, num_parts, p);
+      if (pl.range.x != part[p].x || pl.range.y != part[p].y) {
+        std::printf("FAIL part %d plans [%d, %d), table [%d, %d) (case %d)\n", p, pl.range.x, pl.range.y, part[p].x, part[p].y, it);
+        return 1;
+      }
+      for (int i = pl.range.x; i < pl.range.y; ++i) {
+        const int4 g = pl.cur.At(i, bounds.data(), B, G, cap);
+        if (g.x != seg[i].x || g.y != seg[i].y || g.z != seg[i].z) {
+          std::printf("FAIL part %d segment %d walks to (%d, %d, %d), table (%d, %d, %d) (case %d)\n", p, i, g.x, g.y, g.z,
+                      seg[i].x, seg[i].y, seg[i].z, it);
+          return 1;
+        }
+      }
     }
     // Balance: no part exceeds an even share by more than the split overheads the walk can add.
     if (max_cost > share + 2 * kSegOverhead + 1 + (num_parts == 1 ? total : 0)) {

@@ -1,15 +1,16 @@
 // CUDA handlers of the helix_mla_decode{,_fp8,_nvfp4} FFI targets for Hopper (sm_90a).
 //
-// Three launches per call, all on XLA's stream:
-//   1. mla_schedule   (1 x 512)    splits the step's total KV work evenly over `num_parts` CTAs per
-//                                  64-row query tile, from kv_bounds on the device (like FlashMLA's
-//                                  metadata): segments (b, first block, end block) in (b, block) order.
-//   2. mla_split_kv   (num_parts x row tiles, 256 threads) each CTA walks its segments; per segment
+// Two launches per call, both on XLA's stream:
+//   1. the main kernel (num_parts x row tiles): the step's total KV work is split evenly over `num_parts` CTAs
+//                                  per 64-row query tile (split-KV, like FlashMLA's metadata, but each CTA plans
+//                                  its own part from kv_bounds at its start: PlanPart), segments (b, first
+//                                  block, end block) in (b, block) order. The first form, mla_split_kv:
+//      mla_split_kv   (256 threads) each CTA walks its segments; per segment
 //                                  it keeps a 64-row x 512 fp32 output tile (two column halves over two
 //                                  sets of 4 warps), streams 64-token KV tiles through a cp.async double
 //                                  buffer, runs QK^T and PV on tensor cores (mma.sync m16n8k16) and
 //                                  writes a locally normalised partial (o, lse) per segment.
-//   3. mla_combine    (B*G*H blocks) exact LSE-weighted merge of a sequence's segments into o / lse
+//   2. mla_combine    (B*G*H blocks) exact LSE-weighted merge of a sequence's segments into o / lse
 //                                  (mla_combine_wide, B*G*H x 4 blocks, where sequences have >= 4 segments
 //                                  on average, e.g. B = 1).
 // Query rows = G*H folded (row r = g*H + h); each row is masked by its own token's bound.
@@ -58,10 +59,13 @@ constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kSegOverhead = 1;                       // cost of starting a segment, in KV tiles
 constexpr int kMaxParts = 160;                        // >= SMs of any Hopper part; mirrors ffi.py MAX_PARTS
 
+// What the main kernels need of the split-KV schedule: each CTA plans its own part (PlanThisPart) and writes its
+// segments into its row tile's table; the first CTA also writes every sequence's segment range for the combine.
 struct Sched {
-  int4* seg;        // [max_segs] (b, blk0, blk1, -)
-  int2* part;       // [num_parts] (seg_begin, seg_end)
-  int2* batch;      // [B] (seg_begin, nseg)
+  int4* seg;        // [row tiles][B + kMaxParts] (b, blk0, blk1, -), each CTA writes its part's segments
+  int2* part;       // [row tiles][kMaxParts] (seg_begin, seg_end), each CTA writes its part's range
+  int2* batch;      // [B] (seg_begin, nseg), written by CTA (0, 0) of the main kernel
+  int num_parts;    // CTAs per row tile (grid x)
 };
 
 __host__ __device__ inline int SeqLen(const int* bounds, int b, int G, int cap) {
@@ -78,45 +82,169 @@ __host__ __device__ inline int SeqLen(const int* bounds, int b, int G, int cap) 
 // the cost of starting a segment, its tiles follow); part p takes positions [p W, (p + 1) W) with
 // W = ceil(total / num_parts), and a segment is one part's share of one sequence's tiles. Segments come out in
 // (b, tile) order, each part's contiguous, each part's cost (tiles + kSegOverhead per segment) at most W + 1.
-// Every piece is a function of (c_b, n_b, W), so the device kernel computes the sequences in parallel.
-__host__ __device__ inline int SeqSegCount(long long c, int n, long long W) {
+// Every piece is a function of (c_b, n_b, W): each CTA of the main kernel plans its own part (PlanPart, no
+// schedule kernel or table; a separate 1-block schedule kernel cost 3.3 us a call on the H200).
+__host__ __device__ inline int SeqTiles(const int* bounds, int b, int G, int cap) {
+  return (SeqLen(bounds, b, G, cap) + kTokTile - 1) / kTokTile;
+}
+__host__ __device__ inline int SeqCost(int n) { return n ? n + kSegOverhead : 0; }
+// All cost-space arithmetic is 32-bit: the handlers reject B * (max tiles + kSegOverhead) >= 2^31
+// (CostFits: < 2^30), and 64-bit divisions are calls that made ptxas spill around the kernels' segment walks.
+__host__ __device__ inline int SeqSegCount(int c, int n, int W) {
   if (n <= 0) return 0;
-  const long long f = c + kSegOverhead;
-  return (int)((f + n - 1) / W - f / W + 1);
+  const int f = c + kSegOverhead;
+  return (f + n - 1) / W - f / W + 1;
 }
-// Segment k of sequence b (offset c, n tiles) at index i; returns its part.
-__host__ __device__ inline int WriteSeg(Sched s, int b, long long c, int n, long long W, int k, int i) {
-  const long long f = c + kSegOverhead, p = f / W + k;
-  const long long lo = (p * W > f ? p * W : f) - f, hi = ((p + 1) * W < f + n ? (p + 1) * W : f + n) - f;
-  s.seg[i] = make_int4(b, (int)lo, (int)hi, 0);
-  return (int)p;
+// Segment k of sequence b (offset c, n tiles): (b, first tile, end tile, 0); *part = its part.
+__host__ __device__ inline int4 SeqSeg(int b, int c, int n, int W, int k, int* part) {
+  const int f = c + kSegOverhead, p = f / W + k;
+  const int lo = (p * W > f ? p * W : f) - f, hi = ((p + 1) * W < f + n ? (p + 1) * W : f + n) - f;
+  *part = p;
+  return make_int4(b, lo, hi, 0);
 }
-// Writes sequence b's segments from index `base` and each one's part into sp; returns their count.
-__host__ __device__ inline int WriteSeqSegs(Sched s, int b, long long c, int n, long long W, int base, int* sp) {
-  const int cnt = SeqSegCount(c, n, W);
-  s.batch[b] = make_int2(base, cnt);
-  for (int k = 0; k < cnt; ++k) sp[base + k] = WriteSeg(s, b, c, n, W, k, base + k);
-  return cnt;
-}
-__host__ __device__ inline long long SchedWidth(long long total, int num_parts) {
+__host__ __device__ inline int SchedWidth(int total, int num_parts) {
   return total > 0 ? (total + num_parts - 1) / num_parts : 1;
 }
+// Sequence b's segments with a part < q: the first part-q segment's index is the sum of these over b.
+__host__ __device__ inline int SegsBefore(int c, int n, int cnt, int W, int q) {
+  const int k = q - (c + kSegOverhead) / W;
+  return n <= 0 || k <= 0 ? 0 : (k < cnt ? k : cnt);
+}
+// The handlers' bound on the batch's cost (every sequence at its cap): 32-bit cost space holds it.
+inline bool CostFits(long long B, long long cap) {
+  return B * ((cap + kTokTile - 1) / kTokTile + kSegOverhead) < (1LL << 30);  // (p + 1) * W stays below 2^31
+}
 
-// Serial form (host-callable, so tests/mla_decode_schedule_check.cu checks it; also the device fallback for
-// B > kSchedMaxB). sp: scratch for the segments' parts, B + num_parts ints.
-__host__ __device__ inline void BuildSchedule(const int* bounds, int B, int G, int cap, int num_parts, Sched s, int* sp) {
-  long long total = 0;
-  for (int b = 0; b < B; ++b) {
-    const int n = (SeqLen(bounds, b, G, cap) + kTokTile - 1) / kTokTile;
-    total += n ? n + kSegOverhead : 0;
+// One part's walk over its segments: sequence b (offset c, n tiles, cnt segments from index sb). At(si) steps
+// over later sequences as needed, so calls must come with non-decreasing si inside the part's range.
+struct SegCursor {
+  int W, c, b, n, cnt, sb;
+  __host__ __device__ int4 At(int si, const int* bounds, int B, int G, int cap) {
+    while (si >= sb + cnt && b + 1 < B) {
+      sb += cnt;
+      c += SeqCost(n);
+      n = SeqTiles(bounds, ++b, G, cap);
+      cnt = SeqSegCount(c, n, W);
+    }
+    int part;
+    return SeqSeg(b, c, n, W, si - sb, &part);
   }
-  const long long W = SchedWidth(total, num_parts);
-  long long c = 0;
+};
+struct PartPlan {
+  int2 range;     // the part's segments [x, y) (global indices: rows of the partials)
+  SegCursor cur;  // at the sequence of segment range.x
+};
+
+// Serial reference of PlanPart (host-callable: tests/mla_decode_schedule_check.cu checks it against BuildSchedule).
+__host__ __device__ inline PartPlan PlanPartSerial(const int* bounds, int B, int G, int cap, int num_parts, int q) {
+  int total = 0;
+  for (int b = 0; b < B; ++b) total += SeqCost(SeqTiles(bounds, b, G, cap));
+  const int W = SchedWidth(total, num_parts);
+  PartPlan pl{make_int2(0, 0), SegCursor{W, 0, 0, 0, 0, 0}};
+  bool found = false;
+  int c = 0, sb = 0;
+  for (int b = 0; b < B; ++b) {
+    const int n = SeqTiles(bounds, b, G, cap), cnt = SeqSegCount(c, n, W);
+    pl.range.x += SegsBefore(c, n, cnt, W, q);
+    pl.range.y += SegsBefore(c, n, cnt, W, q + 1);
+    if (!found && n > 0 && (c + kSegOverhead) / W + cnt - 1 >= q) {
+      found = true;
+      pl.cur = SegCursor{W, c, b, n, cnt, sb};
+    }
+    if (b == 0 && !found) pl.cur = SegCursor{W, 0, 0, n, cnt, 0};  // part q has no segment: never walked
+    sb += cnt;
+    c += SeqCost(n);
+  }
+  return pl;
+}
+
+#ifdef __CUDACC__
+template <typename T>
+__device__ __forceinline__ T WarpSum(T v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+template <typename T>
+__device__ __forceinline__ T WarpExclusiveScan(T v, int lane) {
+  T x = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const T y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += y;
+  }
+  return x - v;
+}
+
+// PlanPartSerial by one warp (every warp of a CTA calls it for itself: no shared memory, no barrier): lanes take
+// 32 sequences at a time; a pass for the total, a second for the offsets (two warp scans per 32 sequences).
+// batch != nullptr: also writes every sequence's (first segment, count) for the combine.
+__device__ __forceinline__ PartPlan PlanPart(const int* __restrict__ bounds, int B, int G, int cap, int num_parts, int q,
+                                          int2* batch) {
+  const int lane = threadIdx.x & 31;
+  constexpr int kKept = 4;  // tile counts of the first 128 sequences stay in registers between the passes
+  int kept[kKept];
+  int total = 0;
+#pragma unroll
+  for (int i = 0; i < kKept; ++i) {
+    const int b = 32 * i + lane;
+    kept[i] = b < B ? SeqTiles(bounds, b, G, cap) : 0;
+    total += SeqCost(kept[i]);
+  }
+  for (int b = 32 * kKept + lane; b < B; b += 32) total += SeqCost(SeqTiles(bounds, b, G, cap));
+  total = WarpSum(total);
+  const int W = SchedWidth(total, num_parts);
+  PartPlan pl{make_int2(0, 0), SegCursor{W, 0, 0, 0, 0, 0}};
+  bool found = false;
+  int c0 = 0, s0 = 0, lo = 0, hi = 0;  // c0, s0: cost offset and first segment of the current 32-sequence chunk
+  auto chunk = [&](int b0, int n) {
+    const int b = b0 + lane;
+    const int cost = SeqCost(n);
+    const int c = c0 + WarpExclusiveScan(cost, lane);
+    const int cnt = SeqSegCount(c, n, W);
+    const int sb = s0 + WarpExclusiveScan(cnt, lane);
+    if (batch != nullptr && b < B) batch[b] = make_int2(sb, cnt);
+    lo += SegsBefore(c, n, cnt, W, q);
+    hi += SegsBefore(c, n, cnt, W, q + 1);
+    const unsigned has = __ballot_sync(0xffffffffu, n > 0 && (c + kSegOverhead) / W + cnt - 1 >= q);
+    if (!found && has) {
+      const int src = __ffs(has) - 1;
+      found = true;
+      pl.cur = SegCursor{W, __shfl_sync(0xffffffffu, c, src), b0 + src, __shfl_sync(0xffffffffu, n, src),
+                         __shfl_sync(0xffffffffu, cnt, src), __shfl_sync(0xffffffffu, sb, src)};
+    }
+    if (b0 == 0 && !found)  // no segment of part q: the range is empty and the cursor never used
+      pl.cur = SegCursor{W, 0, 0, __shfl_sync(0xffffffffu, n, 0), __shfl_sync(0xffffffffu, cnt, 0), 0};
+    c0 += WarpSum(cost);
+    s0 += WarpSum(cnt);
+  };
+#pragma unroll
+  for (int i = 0; i < kKept; ++i)
+    if (32 * i < B) chunk(32 * i, kept[i]);
+  for (int b0 = 32 * kKept; b0 < B; b0 += 32) chunk(b0, b0 + lane < B ? SeqTiles(bounds, b0 + lane, G, cap) : 0);
+  pl.range = make_int2(WarpSum(lo), WarpSum(hi));
+  return pl;
+}
+
+#endif
+
+// Full table (host reference for the checks; segment i's part into sp[i], B + num_parts ints).
+struct SchedTable {
+  int4* seg;   // [B + num_parts] (b, blk0, blk1, -)
+  int2* part;  // [num_parts] (seg_begin, seg_end)
+  int2* batch; // [B] (seg_begin, nseg)
+};
+inline void BuildSchedule(const int* bounds, int B, int G, int cap, int num_parts, SchedTable s, int* sp) {
+  int total = 0;
+  for (int b = 0; b < B; ++b) total += SeqCost(SeqTiles(bounds, b, G, cap));
+  const int W = SchedWidth(total, num_parts);
+  int c = 0;
   int nseg = 0;
   for (int b = 0; b < B; ++b) {
-    const int n = (SeqLen(bounds, b, G, cap) + kTokTile - 1) / kTokTile;
-    nseg += WriteSeqSegs(s, b, c, n, W, nseg, sp);
-    c += n ? n + kSegOverhead : 0;
+    const int n = SeqTiles(bounds, b, G, cap), cnt = SeqSegCount(c, n, W);
+    s.batch[b] = make_int2(nseg, cnt);
+    for (int k = 0; k < cnt; ++k, ++nseg) s.seg[nseg] = SeqSeg(b, c, n, W, k, &sp[nseg]);
+    c += SeqCost(n);
   }
   int q = 0;  // parts are sorted along the segments: part q starts at the first segment whose part is >= q
   for (int i = 0; i < nseg; ++i)
@@ -125,105 +253,11 @@ __host__ __device__ inline void BuildSchedule(const int* bounds, int B, int G, i
   for (q = 0; q < num_parts; ++q) s.part[q].y = q + 1 < num_parts ? s.part[q + 1].x : nseg;
 }
 
-constexpr int kSchedThreads = 512, kSchedMaxB = 2048;  // parallel kernel's shared memory: 16 B per sequence
-constexpr int SchedSmemBytes(int B) { return B * 16 + 4 + (B + kMaxParts) * 4; }
-
-// Exclusive prefix sum over the block (kSchedThreads); *total = the sum. ws: 32 words of shared memory.
-__device__ inline long long BlockExclusiveScan(long long v, long long* ws, long long* total) {
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  long long x = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const long long y = __shfl_up_sync(0xffffffffu, x, o);
-    if (lane >= o) x += y;
-  }
-  if (lane == 31) ws[w] = x;
-  __syncthreads();
-  if (w == 0) {
-    long long y = lane < kSchedThreads / 32 ? ws[lane] : 0;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const long long z = __shfl_up_sync(0xffffffffu, y, o);
-      if (lane >= o) y += z;
-    }
-    if (lane < kSchedThreads / 32) ws[lane] = y;
-  }
-  __syncthreads();
-  const long long before = (w ? ws[w - 1] : 0) + x - v;
-  *total = ws[kSchedThreads / 32 - 1];
-  __syncthreads();  // ws is reused by the next scan
-  return before;
-}
-
 // Programmatic dependent launch (sm_90): the main and combine kernels are launched so they may start while
 // the kernel before them in the stream still runs (their launch and prologue overlap it); each waits with
 // GridDepWait() before reading what that kernel wrote (the schedule, the partials). No-ops without PDL.
 __device__ __forceinline__ void GridDepWait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void GridDepLaunch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
-
-// The schedule on the device, one block: sequences' tile counts and cost offsets by two block scans, each
-// thread writing the segments of its own few sequences (the single-thread walk took 24-36 us at B = 64 on
-// the H200, ~2 % of a call). B > kSchedMaxB: the serial form on one thread (scratch: the lse workspace).
-__global__ void __launch_bounds__(kSchedThreads) mla_schedule(const int* __restrict__ bounds, int B, int G, int cap,
-                                                              int num_parts, Sched s, int* scratch) {
-  GridDepLaunch();  // the main kernel may launch now; it waits for this grid before reading the schedule
-  if (B > kSchedMaxB) {
-    if (threadIdx.x == 0) BuildSchedule(bounds, B, G, cap, num_parts, s, scratch);
-    return;
-  }
-  extern __shared__ long long sched_smem[];
-  long long* c = sched_smem;                  // [B] cost offset
-  int* nb = reinterpret_cast<int*>(c + B);    // [B] tiles
-  int* sb = nb + B;                           // [B + 1] first segment (sb[B] = the count)
-  int* sp = sb + B + 1;                       // [B + kMaxParts] part of each segment
-  __shared__ long long ws[32];
-  __shared__ int px[kMaxParts + 1];
-  const int t = threadIdx.x, chunk = (B + kSchedThreads - 1) / kSchedThreads;
-  const int b0 = min(B, t * chunk), b1 = min(B, b0 + chunk);
-  long long mine = 0;
-  for (int b = b0; b < b1; ++b) {
-    const int n = (SeqLen(bounds, b, G, cap) + kTokTile - 1) / kTokTile;
-    nb[b] = n;
-    mine += n ? n + kSegOverhead : 0;
-  }
-  long long total;
-  long long run = BlockExclusiveScan(mine, ws, &total);
-  const long long W = SchedWidth(total, num_parts);
-  long long cnt = 0;
-  for (int b = b0; b < b1; ++b) {
-    c[b] = run;
-    cnt += SeqSegCount(run, nb[b], W);
-    run += nb[b] ? nb[b] + kSegOverhead : 0;
-  }
-  long long nseg_ll;
-  int base = (int)BlockExclusiveScan(cnt, ws, &nseg_ll);
-  const int nseg = (int)nseg_ll;
-  for (int b = b0; b < b1; ++b) {
-    const int k = SeqSegCount(c[b], nb[b], W);
-    s.batch[b] = make_int2(base, k);
-    sb[b] = base;
-    base += k;
-  }
-  if (t == 0) sb[B] = nseg;
-  __syncthreads();
-  // One thread per segment (B = 1: all ~66 of them on one thread took most of the kernel): its sequence
-  // is the last b with sb[b] <= i (sb[b + 1] > i, so b has segments).
-  for (int i = t; i < nseg; i += kSchedThreads) {
-    int lo = 0, hi = B - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) >> 1;
-      if (sb[mid] <= i) lo = mid; else hi = mid - 1;
-    }
-    sp[i] = WriteSeg(s, lo, c[lo], nb[lo], W, i - sb[lo], i);
-  }
-  __syncthreads();
-  // Part q starts at the first segment whose part is >= q: segment i starts parts (part(i-1), part(i)].
-  for (int i = t; i < nseg; i += kSchedThreads)
-    for (int q = i ? sp[i - 1] + 1 : 0; q <= sp[i]; ++q) px[q] = i;
-  for (int q = (nseg ? sp[nseg - 1] + 1 : 0) + t; q <= num_parts; q += kSchedThreads) px[q] = nseg;
-  __syncthreads();
-  for (int q = t; q < num_parts; q += kSchedThreads) s.part[q] = make_int2(px[q], px[q + 1]);
-}
 
 // Programmatic dependent launch of the main and combine kernels (HELIX_MLA_DECODE_PDL=0 turns it off), read once.
 inline bool PdlFromEnv() {
@@ -256,13 +290,6 @@ cudaError_t LaunchKernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t
   cfg.attrs = attr;
   cfg.numAttrs = n;
   return cudaLaunchKernelEx(&cfg, kernel, args...);
-}
-
-// Launches the schedule (scratch: B + kMaxParts ints of workspace, used for B > kSchedMaxB only).
-inline void LaunchSchedule(const int* bounds, int B, int G, int cap, int num_parts, Sched s, int* scratch,
-                           cudaStream_t stream) {
-  mla_schedule<<<1, kSchedThreads, B > kSchedMaxB ? 0 : SchedSmemBytes(B), stream>>>(bounds, B, G, cap, num_parts, s,
-                                                                                       scratch);
 }
 
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
@@ -384,6 +411,33 @@ struct Params {
   int B, G, H, GH, P, npp, N, cap;
   float scale_log2;
 };
+
+// Every main kernel's start, right after GridDepWait(), with all its threads: thread 0 plans the CTA's part
+// (blockIdx.x) and writes its range and segments into the row tile's tables; the first warp of CTA (0, 0) writes the
+// combine's per-sequence ranges. The kernels then read their range (PartRange) and segments (s.seg[SegRow(p) + si])
+// as they read the schedule kernel's table before. Keeping the planned range in registers from here on, or walking
+// the cursor inside the segment loops, made ptxas spill 100-400 bytes more in the seesaw kernel (5 % slower at
+// B=64 H=128 on the H200).
+__device__ __noinline__ void PlanAndWritePart(const int* __restrict__ bounds, int B, int G, int cap, int num_parts,
+                                              int4* seg, int2* part, int2* batch) {
+  const bool writer = blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x < 32;
+  PartPlan pl = PlanPart(bounds, B, G, cap, num_parts, blockIdx.x, writer ? batch : nullptr);
+  if (threadIdx.x == 0) {
+    *part = pl.range;
+    for (int si = pl.range.x; si < pl.range.y; ++si) seg[si] = pl.cur.At(si, bounds, B, G, cap);
+  }
+}
+// First row of this CTA's row tile in the segment table.
+__device__ __forceinline__ long long SegRow(const Params& p) { return (long long)blockIdx.y * (p.B + kMaxParts); }
+__device__ __forceinline__ void PlanThisPart(const Params& p, const Sched& s) {
+  if (threadIdx.x < 32)
+    PlanAndWritePart(p.bounds, p.B, p.G, p.cap, s.num_parts, s.seg + SegRow(p),
+                     s.part + blockIdx.y * kMaxParts + blockIdx.x, s.batch);
+  __syncthreads();  // the tables are read by other threads
+}
+__device__ __forceinline__ int2 PartRange(const Params& p, const Sched& s) {
+  return s.part[blockIdx.y * kMaxParts + blockIdx.x];
+}
 
 // Quantized pages only (kFmt != kFmtNative): a separate kernel parameter so the native kernel's
 // parameter block and code stay as they were.
@@ -651,6 +705,8 @@ __device__ __forceinline__ void WarpgroupSync(int half) {
 
 template <bool kBf16, int kMode, int kFmt = kFmtNative>
 __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s, QParams qp) {
+  GridDepWait();  // inputs written by the kernel before (programmatic dependent launch)
+  PlanThisPart(p, s);  // first (ptxas spilled more with anything live across it)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // 128-byte swizzle atoms must start on 1024-byte boundaries.
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
@@ -674,12 +730,11 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s, Q
   const int rg = warp & 3;   // rows 16*rg .. 16*rg+15 of the tile
   const int half = warp >> 2;  // QK^T: tokens 32*half..; PV: output columns 256*half..
   const int row0 = blockIdx.y * kRowsTile;
-  GridDepWait();  // the schedule
-  const int2 range = s.part[blockIdx.x];
+  const int2 range = PartRange(p, s);
   const int lr0 = rg * 16 + lane / 4, lr1 = lr0 + 8;  // this thread's two tile rows
 
   for (int si = range.x; si < range.y; ++si) {
-    const int4 seg = s.seg[si];
+    const int4 seg = s.seg[SegRow(p) + si];
     const int b = seg.x, blk0 = seg.y, blk1 = seg.z;
     const int len = SeqLen(p.bounds, b, p.G, p.cap);
     int bnd0 = 0, bnd1 = 0;
@@ -1084,17 +1139,18 @@ void LaunchCombine(const Params& p, const Sched& s, int num_parts, int num_sms, 
 
 size_t AlignUp(size_t x) { return (x + 255) & ~size_t(255); }
 
-// Workspace layout (mirrors helix_jax/ops/mla_decode/ffi.py:workspace_bytes): segment table, part
-// ranges, per-batch segment ranges, partial lse [segs, GH], partial o [segs, GH, 512], each 256-aligned.
+// Workspace layout (mirrors helix_jax/ops/mla_decode/ffi.py:workspace_bytes): the row tiles' segment and part
+// tables, per-batch segment ranges, partial lse [segs, GH], partial o [segs, GH, 512], each 256-aligned;
+// segs = B + kMaxParts bounds the schedule's segments.
 struct WsLayout {
   size_t seg, part, batch, lse, o, total;
 };
 WsLayout Layout(long long B, long long GH) {
-  const long long segs = B + kMaxParts;
+  const long long segs = B + kMaxParts, mtiles = (GH + kRowsTile - 1) / kRowsTile;
   WsLayout l;
   l.seg = 0;
-  l.part = l.seg + AlignUp(sizeof(int4) * segs);
-  l.batch = l.part + AlignUp(sizeof(int2) * kMaxParts);
+  l.part = l.seg + AlignUp(sizeof(int4) * segs * mtiles);
+  l.batch = l.part + AlignUp(sizeof(int2) * kMaxParts * mtiles);
   l.lse = l.batch + AlignUp(sizeof(int2) * B);
   l.o = l.lse + AlignUp(sizeof(float) * segs * GH);
   l.total = l.o + AlignUp(sizeof(float) * segs * GH * kDl);
@@ -1461,14 +1517,10 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
   const bool seesaw = kFmt == kFmtNative && (mode == kSeesaw || (mode == kSmallGh && p.GH > kSmRows));
   const int num_parts = MainParts<kBf16>(p, num_sms, mtiles, seesaw);
   const WsLayout l = Layout(p.B, p.GH);
-  Sched s{reinterpret_cast<int4*>(ws + l.seg), reinterpret_cast<int2*>(ws + l.part), reinterpret_cast<int2*>(ws + l.batch)};
+  Sched s{reinterpret_cast<int4*>(ws + l.seg), reinterpret_cast<int2*>(ws + l.part), reinterpret_cast<int2*>(ws + l.batch),
+          num_parts};
   p.lse_part = reinterpret_cast<float*>(ws + l.lse);
   p.o_part = reinterpret_cast<float*>(ws + l.o);
-
-  // The lse workspace (B + kMaxParts segments x GH floats) is free until the main kernel: the serial
-  // schedule's scratch when B > kSchedMaxB.
-  LaunchSchedule(p.bounds, p.B, p.G, p.cap, num_parts, s, reinterpret_cast<int*>(p.lse_part), stream);
-  HELIX_CUDA_CHECK(cudaGetLastError());
   if (kFmt != kFmtNative && mode == kSmallQ8 && p.GH <= kSmRows) {  // the raw-tile kernel of the page format
     if constexpr (kFmt == kFmtFp8) {
       if (Fp8SFromEnv() == 1) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ8, kFmt, 512>(p, s, num_parts, mtiles, stream, qp)));
@@ -1527,7 +1579,8 @@ ffi::Error MlaDecodeCuda(cudaStream_t stream, ffi::AnyBuffer q_lat,
   if (s.P % 16 != 0)
     return ffi::Error::InvalidArgument("helix_mla_decode (CUDA): page size must be a multiple of 16, got " +
                                        std::to_string(s.P));
-  if (s.N * s.P * kDl >= (1LL << 40) || s.npp * s.P >= (1LL << 30) || s.B * s.rows() >= (1LL << 31))
+  if (s.N * s.P * kDl >= (1LL << 40) || s.npp * s.P >= (1LL << 30) || s.B * s.rows() >= (1LL << 31) ||
+      !CostFits(s.B, s.npp * s.P))
     return ffi::Error::InvalidArgument("helix_mla_decode (CUDA): shapes too large");
   if (s.B == 0 || s.rows() == 0) return ffi::Error::Success();
   if (s.N == 0) return ffi::Error::InvalidArgument("helix_mla_decode (CUDA): empty page pool");
@@ -1587,7 +1640,8 @@ ffi::Error MlaDecodeQuantCuda(const char* tgt, cudaStream_t stream, ffi::AnyBuff
     return ffi::Error::InvalidArgument(name + "needs Dl=512 and Dr=64, got Dl=" + std::to_string(s.Dl) +
                                        ", Dr=" + std::to_string(s.Dr));
   if (s.P % 16 != 0) return ffi::Error::InvalidArgument(name + "page size must be a multiple of 16, got " + std::to_string(s.P));
-  if (s.N * s.P * kDl >= (1LL << 40) || s.npp * s.P >= (1LL << 30) || s.B * s.rows() >= (1LL << 31))
+  if (s.N * s.P * kDl >= (1LL << 40) || s.npp * s.P >= (1LL << 30) || s.B * s.rows() >= (1LL << 31) ||
+      !CostFits(s.B, s.npp * s.P))
     return ffi::Error::InvalidArgument(name + "shapes too large");
   if (s.B == 0 || s.rows() == 0) return ffi::Error::Success();
   if (s.N == 0) return ffi::Error::InvalidArgument(name + "empty page pool");

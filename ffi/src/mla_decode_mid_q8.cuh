@@ -77,6 +77,8 @@ __device__ __forceinline__ void M8QFromGlobal(unsigned char* sQ8, float* sQs, co
 // alone); bit 2: V^T fragments without the E4M3 conversion; bit 3: no S wgmma; bit 4: no PV wgmma.
 template <bool kBf16, bool kTma, int kVar = 0>
 __global__ void __launch_bounds__(384, 1) mla_mid_q8(Params p, Sched s, QParams qp, const __grid_constant__ Q8Maps maps) {
+  GridDepWait();  // inputs written by the kernel before (programmatic dependent launch)
+  PlanThisPart(p, s);  // first (ptxas spilled more with anything live across it)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
   unsigned char* ring = smem;                                        // 1024-aligned tiles (36 KB each)
@@ -98,8 +100,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8(Params p, Sched s, QParams 
   __syncthreads();
 
   const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
-  GridDepWait();  // the schedule (programmatic dependent launch)
-  const int2 range = s.part[blockIdx.x];
+  const int2 range = PartRange(p, s);  // written by PlanThisPart
 
   if (wg == 2) {
     // ---------------- producer: raw KV tiles of every segment, in order ----------------
@@ -115,7 +116,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8(Params p, Sched s, QParams 
     }
     int k = 0;
     for (int si = range.x; si < range.y; ++si) {
-      const int4 seg = s.seg[si];
+      const int4 seg = s.seg[SegRow(p) + si];
       const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
       if (n <= 0) continue;
       Q8ProduceSegment<kM8Bufs, kTma, kVar>(ring, bars->full, bars->empty, maps, p, qp, b, blk0, n, SeqLen(p.bounds, b, p.G, p.cap),
@@ -141,7 +142,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8(Params p, Sched s, QParams 
   const float out_mul = __frcp_rn(__ldg(qp.kv_scale)), sl2 = p.scale_log2 * out_mul;
   int kbase = 0;
   for (int si = range.x; si < range.y; ++si) {
-    const int4 seg = s.seg[si];
+    const int4 seg = s.seg[SegRow(p) + si];
     const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
     if (n <= 0) {
       if (w == 0 && wi == 0 && lane < 4) SmEmptyPartial(p, si, lane);

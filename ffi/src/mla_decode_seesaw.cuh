@@ -197,6 +197,8 @@ __device__ __forceinline__ int2 RefillPart(SsBars* bars, int buf, int u, int own
 // it): the load pipeline alone; bit 2: the producer copies nothing (arrives only): the math alone.
 template <bool kBf16, int kVar = 0, int kLoad = 0>
 __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, const __grid_constant__ SsMaps maps) {
+  GridDepWait();  // inputs written by the kernel before (programmatic dependent launch)
+  PlanThisPart(p, s);  // first (ptxas spilled more with anything live across it)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem);
@@ -220,8 +222,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
   const uint32_t peer = kMc ? ClusterRank() ^ 1u : 0u;
 
   const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);  // warp-uniform for ptxas (wgmma in branches)
-  GridDepWait();  // the schedule (programmatic dependent launch)
-  const int2 range = s.part[blockIdx.x];
+  const int2 range = PartRange(p, s);  // written by PlanThisPart
   const int row0 = blockIdx.y * kRowsTile;
 
   if (wg == 2) {
@@ -244,7 +245,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
     }
     int k = 0, sc = 0, pown0 = 0, pown1 = 0;  // pown*: owner of the last tile loaded into buffer 0 / 1
     for (int si = range.x; si < range.y; ++si) {
-      const int4 seg = s.seg[si];
+      const int4 seg = s.seg[SegRow(p) + si];
       const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
       if (n <= 0) continue;
       const int len = SeqLen(p.bounds, b, p.G, p.cap);
@@ -379,7 +380,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
   };
 
   for (int si = range.x; si < range.y; ++si) {
-    const int4 seg = s.seg[si];
+    const int4 seg = s.seg[SegRow(p) + si];
     const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
     const int gr0 = row0 + lr0, gr1 = row0 + lr1;
     if (n <= 0) {  // never produced by the schedule; keep the partial well defined anyway

@@ -145,7 +145,7 @@ struct SmCursor {
   int si, end, j, n, b, blk0, len;
   __device__ __forceinline__ void Settle(const Params& p, const Sched& s) {  // j == 0
     for (; si < end; ++si) {
-      const int4 seg = s.seg[si];
+      const int4 seg = s.seg[SegRow(p) + si];
       b = seg.x; blk0 = seg.y; n = seg.z - seg.y;
       if (n > 0) { len = SeqLen(p.bounds, b, p.G, p.cap); return; }
     }
@@ -299,6 +299,8 @@ __device__ __forceinline__ void SmQToF16(uint16_t* sQ, float* qs, int pt) {
 // tiles of raw bytes in flight instead of one; bit 4: a producer-side proxy fence after each unit.
 template <bool kBf16, int kFmt = kFmtNative, int kNc = 1, int kNp = 1, int kVar = 0>
 __global__ void __launch_bounds__(128 * (kNc + kNp), 1) mla_small_gh(Params p, Sched s, QParams qp) {
+  GridDepWait();  // inputs written by the kernel before (programmatic dependent launch)
+  PlanThisPart(p, s);  // first (ptxas spilled more with anything live across it)
   static_assert(kNc == 1 || kNc == 2, "one or two consumer warpgroups");
   static_assert(kNp == 1 || (kNp == 2 && kFmt != kFmtNative), "two producer warpgroups dequantize; cp.async uses one");
   constexpr int kH = 2 / kNp;  // tokens per producer thread
@@ -324,8 +326,7 @@ __global__ void __launch_bounds__(128 * (kNc + kNp), 1) mla_small_gh(Params p, S
   __syncthreads();
 
   const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
-  GridDepWait();  // the schedule (programmatic dependent launch)
-  const int2 range = s.part[blockIdx.x];
+  const int2 range = PartRange(p, s);  // written by PlanThisPart
 
   if (wg >= kNc && kFmt != kFmtNative) {
     // ---------------- producer, quantized pages: load raw bytes kAhead tiles ahead, dequantize ----------------
@@ -422,7 +423,7 @@ __global__ void __launch_bounds__(128 * (kNc + kNp), 1) mla_small_gh(Params p, S
     const int cq = pt & 7, tg = pt >> 3;
     int k = 0, sc = 0;
     for (int si = range.x; si < range.y; ++si) {
-      const int4 seg = s.seg[si];
+      const int4 seg = s.seg[SegRow(p) + si];
       const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
       if (n <= 0) continue;
       const int len = SeqLen(p.bounds, b, p.G, p.cap);
@@ -466,7 +467,7 @@ __global__ void __launch_bounds__(128 * (kNc + kNp), 1) mla_small_gh(Params p, S
   }
   int kbase = 0, sc = 0;
   for (int si = range.x; si < range.y; ++si) {
-    const int4 seg = s.seg[si];
+    const int4 seg = s.seg[SegRow(p) + si];
     const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
     if (n <= 0) {
       if (w == 0 && wi == 0 && lane < 4) SmEmptyPartial(p, si, lane);

@@ -144,6 +144,8 @@ __device__ __forceinline__ void E2m1x8Scaled(uint32_t w, uint32_t sf2, uint32_t 
 // on a buffer's empty barrier (instead of lane 0 of each warp after __syncwarp).
 template <bool kBf16, bool kTma, int kVar = 0>
 __global__ void __launch_bounds__(384, 1) mla_small_q4(Params p, Sched s, QParams qp, const __grid_constant__ Q4Maps maps) {
+  GridDepWait();  // inputs written by the kernel before (programmatic dependent launch)
+  PlanThisPart(p, s);  // first (ptxas spilled more with anything live across it)
   constexpr bool kNoDecode = (kVar & 4) != 0, kLutS = (kVar & 32) == 0, kLutPV = (kVar & 64) == 0;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
@@ -176,8 +178,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q4(Params p, Sched s, QParam
   __syncthreads();
 
   const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
-  GridDepWait();  // the schedule (programmatic dependent launch)
-  const int2 range = s.part[blockIdx.x];
+  const int2 range = PartRange(p, s);  // written by PlanThisPart
 
   if (wg == 2) {
     // ---------------- producer: Q per segment, raw KV tiles (TMA + one bulk copy, or cp.async) ----------------
@@ -193,7 +194,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q4(Params p, Sched s, QParam
     const int tg = pt >> 1, hh = pt & 1;  // cp.async: token row tg, half hh of its units
     int k = 0, sc = 0;
     for (int si = range.x; si < range.y; ++si) {
-      const int4 seg = s.seg[si];
+      const int4 seg = s.seg[SegRow(p) + si];
       const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
       if (n <= 0) continue;
       const int len = SeqLen(p.bounds, b, p.G, p.cap);
@@ -276,7 +277,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q4(Params p, Sched s, QParam
   const float out_mul = __frcp_rn(__ldg(qp.kv_scale)), sl2 = p.scale_log2 * out_mul;
   int kbase = 0, sc = 0;
   for (int si = range.x; si < range.y; ++si) {
-    const int4 seg = s.seg[si];
+    const int4 seg = s.seg[SegRow(p) + si];
     const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
     if (n <= 0) {
       if (w == 0 && wi == 0 && lane < 4) SmEmptyPartial(p, si, lane);
