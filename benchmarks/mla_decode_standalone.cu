@@ -230,7 +230,7 @@ static void Run(Dev& d, const QParams& qp = QParams{}, int part = 0) {
   Sched s{reinterpret_cast<int4*>(d.ws + l.seg), reinterpret_cast<int2*>(d.ws + l.part), reinterpret_cast<int2*>(d.ws + l.batch),
           num_parts};
   p.lse_part = reinterpret_cast<float*>(d.ws + l.lse);
-  p.o_part = reinterpret_cast<float*>(d.ws + l.o);
+  p.o_part = reinterpret_cast<uint16_t*>(d.ws + l.o);
   if (part <= 1) CK((LaunchMain<true, kMode, kFmt, kVar>(p, s, num_parts, mtiles, 0, qp)));
   if (part == 0 || part == 3) LaunchCombine<true>(p, s, num_parts, d.num_sms, d.o, d.lse, 0, g_wide);
   CK(cudaGetLastError());

@@ -341,6 +341,38 @@ __device__ __forceinline__ uint32_t Pack2(float lo, float hi) {
     return *reinterpret_cast<uint32_t*>(&v);
   }
 }
+template <bool kBf16>
+__device__ __forceinline__ float2 Unpack2(uint32_t u) {
+  if constexpr (kBf16) return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+  else return __half22float2(*reinterpret_cast<const __half2*>(&u));
+}
+// Segment partials o (normalised, |o| <= max |V|) are stored in the activation dtype, as the op's own outputs and the
+// Helix exchange's partials are: half the bytes of f32 for the main kernels' last write and the combine's read
+// (B=1 H=128: 17 -> 8.5 MB). The combine merges in f32.
+template <bool kBf16>
+__device__ __forceinline__ void StPart2(uint16_t* o, float a, float b) {
+  *reinterpret_cast<uint32_t*>(o) = Pack2<kBf16>(a, b);
+}
+// Row h (0: lr0 in acc[.][0..1], 1: lr1 in acc[.][2..3]) of a wgmma accumulator (lanes 4r..4r+3 hold columns
+// 8 nt + 2 (lane & 3) + {0, 1}) into a 16-bit partial row from o (its first column). Neighbouring lanes swap halves so
+// that each lane stores 8 bytes and one warp store fills whole 32-byte sectors: 4-byte stores filling half-sectors made
+// the seesaw's B=1 H=128 main kernel 48 -> 53 us on the H200. All lanes must call it (valid: this lane's row exists).
+template <bool kBf16, int kNt>
+__device__ __forceinline__ void StPartRow(uint16_t* o, const float (&acc)[kNt][4], int h, float inv, int lane, bool valid) {
+  const bool odd = lane & 1;
+#pragma unroll
+  for (int nt = 0; nt < kNt; nt += 2) {
+    const uint32_t a = Pack2<kBf16>(acc[nt][2 * h] * inv, acc[nt][2 * h + 1] * inv);
+    const uint32_t b = Pack2<kBf16>(acc[nt + 1][2 * h] * inv, acc[nt + 1][2 * h + 1] * inv);
+    const uint32_t got = __shfl_xor_sync(0xffffffffu, odd ? a : b, 1);
+    if (valid)
+      *reinterpret_cast<uint2*>(o + (nt + (odd ? 1 : 0)) * 8 + (lane & 2) * 2) = odd ? make_uint2(got, b) : make_uint2(a, got);
+  }
+}
+template <bool kBf16>
+__device__ __forceinline__ void StPart4(uint16_t* o, float a, float b, float c, float d) {
+  *reinterpret_cast<uint2*>(o) = make_uint2(Pack2<kBf16>(a, b), Pack2<kBf16>(c, d));
+}
 
 // Shared-memory tile layout = wgmma's K-major 128-byte-swizzle canonical layout: a 64-row x 576 tile is
 // 9 column blocks of [64 rows x 64 elements] (8 KB each); in a block, row r is 128 bytes at r*128 and its
@@ -406,7 +438,7 @@ struct Params {
   const uint16_t* k_rope;  // [N, P, 64]
   const int* page_table;   // [B, npp]
   const int* bounds;       // [B, G]
-  float* o_part;           // [max_segs, GH, 512]
+  uint16_t* o_part;        // [max_segs, GH, 512] in the activation dtype (StPart2 / StPart4)
   float* lse_part;         // [max_segs, GH]
   int B, G, H, GH, P, npp, N, cap;
   float scale_log2;
@@ -971,13 +1003,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s, Q
       inv1 *= q_out_mul;
     }
     const int gr0 = row0 + lr0, gr1 = row0 + lr1;
-    float* o0 = p.o_part + ((long long)si * p.GH + gr0) * kDl + half * 256 + (lane & 3) * 2;
-    float* o1 = p.o_part + ((long long)si * p.GH + gr1) * kDl + half * 256 + (lane & 3) * 2;
-#pragma unroll
-    for (int nt = 0; nt < 32; ++nt) {
-      if (gr0 < p.GH) *reinterpret_cast<float2*>(o0 + nt * 8) = make_float2(acc[nt][0] * inv0, acc[nt][1] * inv0);
-      if (gr1 < p.GH) *reinterpret_cast<float2*>(o1 + nt * 8) = make_float2(acc[nt][2] * inv1, acc[nt][3] * inv1);
-    }
+    StPartRow<kBf16>(p.o_part + ((long long)si * p.GH + gr0) * kDl + half * 256, acc, 0, inv0, lane, gr0 < p.GH);
+    StPartRow<kBf16>(p.o_part + ((long long)si * p.GH + gr1) * kDl + half * 256, acc, 1, inv1, lane, gr1 < p.GH);
     if (half == 0 && (lane & 3) == 0) {
       if (gr0 < p.GH) p.lse_part[(long long)si * p.GH + gr0] = L0 > 0.f ? (m0 + __log2f(L0)) * kLn2 : -INFINITY;
       if (gr1 < p.GH) p.lse_part[(long long)si * p.GH + gr1] = L1 > 0.f ? (m1 + __log2f(L1)) * kLn2 : -INFINITY;
@@ -1025,7 +1052,8 @@ __device__ __forceinline__ void MergeBatch(MergeState& st, const float (&l)[4], 
     st.acc.z += live ? w * v[k].z : 0.f; st.acc.w += live ? w * v[k].w : 0.f;
   }
 }
-__device__ __forceinline__ void MergeSegments(MergeState& st, const float* __restrict__ o_part,
+template <bool kBf16>
+__device__ __forceinline__ void MergeSegments(MergeState& st, const uint16_t* __restrict__ o_part,
                                               const float* __restrict__ lse_part, int base, int count, int GH, int row,
                                               int col, int first, int step) {
   auto load = [&](int i0, float (&l)[4], float4 (&v)[4]) {  // segments i0 + k step, k < 4 (past count: lse -inf)
@@ -1034,7 +1062,9 @@ __device__ __forceinline__ void MergeSegments(MergeState& st, const float* __res
       const int i = i0 + k * step;
       const long long r = (long long)(base + min(i, count - 1)) * GH + row;
       l[k] = i < count ? lse_part[r] : -INFINITY;
-      v[k] = *reinterpret_cast<const float4*>(o_part + r * kDl + col);
+      const uint2 u = *reinterpret_cast<const uint2*>(o_part + r * kDl + col);
+      const float2 a = Unpack2<kBf16>(u.x), b = Unpack2<kBf16>(u.y);
+      v[k] = make_float4(a.x, a.y, b.x, b.y);
     }
   };
   if (first >= count) return;
@@ -1053,13 +1083,13 @@ __device__ __forceinline__ void MergeSegments(MergeState& st, const float* __res
 
 // Exact merge of a sequence's segment partials; one 128-thread block per (b, row), 4 columns each.
 template <bool kBf16>
-__global__ void __launch_bounds__(128) mla_combine(const float* __restrict__ o_part, const float* __restrict__ lse_part,
+__global__ void __launch_bounds__(128) mla_combine(const uint16_t* __restrict__ o_part, const float* __restrict__ lse_part,
                                                     Sched s, int GH, uint16_t* __restrict__ o, float* __restrict__ lse) {
   GridDepWait();  // the main kernel's partials
   const int b = blockIdx.x / GH, row = blockIdx.x % GH;
   const int2 bs = s.batch[b];
   MergeState st;
-  MergeSegments(st, o_part, lse_part, bs.x, bs.y, GH, row, threadIdx.x * 4, 0, 1);
+  MergeSegments<kBf16>(st, o_part, lse_part, bs.x, bs.y, GH, row, threadIdx.x * 4, 0, 1);
   const float inv = st.sum > 0.f ? 1.f / st.sum : 0.f;
   const long long orow = (long long)b * GH + row;
   uint32_t* dst = reinterpret_cast<uint32_t*>(o + orow * kDl + threadIdx.x * 4);
@@ -1073,7 +1103,7 @@ __global__ void __launch_bounds__(128) mla_combine(const float* __restrict__ o_p
 // kCombWarps warps take every kCombWarps-th segment, then merge their (m, sum, acc) through shared memory.
 constexpr int kCombWarps = 8;
 template <bool kBf16>
-__global__ void __launch_bounds__(32 * kCombWarps) mla_combine_wide(const float* __restrict__ o_part,
+__global__ void __launch_bounds__(32 * kCombWarps) mla_combine_wide(const uint16_t* __restrict__ o_part,
                                                                     const float* __restrict__ lse_part, Sched s, int GH,
                                                                     uint16_t* __restrict__ o, float* __restrict__ lse) {
   __shared__ float4 red[kCombWarps][32];
@@ -1084,7 +1114,7 @@ __global__ void __launch_bounds__(32 * kCombWarps) mla_combine_wide(const float*
   const int2 bs = s.batch[b];
   const int col = blockIdx.y * 128 + lane * 4;
   MergeState st;
-  MergeSegments(st, o_part, lse_part, bs.x, bs.y, GH, row, col, warp, kCombWarps);
+  MergeSegments<kBf16>(st, o_part, lse_part, bs.x, bs.y, GH, row, col, warp, kCombWarps);
   red[warp][lane] = st.acc;
   if (lane == 0) red_m[warp] = st.m, red_sum[warp] = st.sum;
   __syncthreads();
@@ -1124,10 +1154,10 @@ void LaunchCombine(const Params& p, const Sched& s, int num_parts, int num_sms, 
                    int wide = -1) {
   if (wide < 0 ? CombineWide(p.B, p.GH, num_parts, num_sms) : wide)
     (void)LaunchKernel(mla_combine_wide<kBf16>, dim3((unsigned)(p.B * p.GH), 4), dim3(32 * kCombWarps), 0, stream, nullptr,
-                       (const float*)p.o_part, (const float*)p.lse_part, s, p.GH, o, lse);
+                       (const uint16_t*)p.o_part, (const float*)p.lse_part, s, p.GH, o, lse);
   else
     (void)LaunchKernel(mla_combine<kBf16>, dim3((unsigned)(p.B * p.GH)), dim3(128), 0, stream, nullptr,
-                       (const float*)p.o_part, (const float*)p.lse_part, s, p.GH, o, lse);
+                       (const uint16_t*)p.o_part, (const float*)p.lse_part, s, p.GH, o, lse);
 }
 
 #define HELIX_CUDA_CHECK(expr)                                                                      \
@@ -1153,7 +1183,7 @@ WsLayout Layout(long long B, long long GH) {
   l.batch = l.part + AlignUp(sizeof(int2) * kMaxParts * mtiles);
   l.lse = l.batch + AlignUp(sizeof(int2) * B);
   l.o = l.lse + AlignUp(sizeof(float) * segs * GH);
-  l.total = l.o + AlignUp(sizeof(float) * segs * GH * kDl);
+  l.total = l.o + AlignUp(sizeof(uint16_t) * segs * GH * kDl);
   return l;
 }
 
@@ -1520,7 +1550,7 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
   Sched s{reinterpret_cast<int4*>(ws + l.seg), reinterpret_cast<int2*>(ws + l.part), reinterpret_cast<int2*>(ws + l.batch),
           num_parts};
   p.lse_part = reinterpret_cast<float*>(ws + l.lse);
-  p.o_part = reinterpret_cast<float*>(ws + l.o);
+  p.o_part = reinterpret_cast<uint16_t*>(ws + l.o);
   if (kFmt != kFmtNative && mode == kSmallQ8 && p.GH <= kSmRows) {  // the raw-tile kernel of the page format
     if constexpr (kFmt == kFmtFp8) {
       if (Fp8SFromEnv() == 1) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ8, kFmt, 512>(p, s, num_parts, mtiles, stream, qp)));

@@ -317,9 +317,9 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8(Params p, Sched s, QParams 
         const int q = n8 * 8 + c4 * 2 + e;
         if (q >= p.GH) continue;
         const float L = sFin[q], inv = L > 0.f ? out_mul / L : 0.f;
-        float4* o = reinterpret_cast<float4*>(p.o_part + ((long long)si * p.GH + q) * kDl + 256 * w + 64 * wi + 8 * g);
-        o[0] = make_float4(oacc[0][n8][e] * inv, oacc[0][n8][2 + e] * inv, oacc[1][n8][e] * inv, oacc[1][n8][2 + e] * inv);
-        o[1] = make_float4(oacc[2][n8][e] * inv, oacc[2][n8][2 + e] * inv, oacc[3][n8][e] * inv, oacc[3][n8][2 + e] * inv);
+        uint16_t* o = p.o_part + ((long long)si * p.GH + q) * kDl + 256 * w + 64 * wi + 8 * g;
+        StPart4<kBf16>(o, oacc[0][n8][e] * inv, oacc[0][n8][2 + e] * inv, oacc[1][n8][e] * inv, oacc[1][n8][2 + e] * inv);
+        StPart4<kBf16>(o + 4, oacc[2][n8][e] * inv, oacc[2][n8][2 + e] * inv, oacc[3][n8][e] * inv, oacc[3][n8][2 + e] * inv);
       }
     kbase += n;
   }

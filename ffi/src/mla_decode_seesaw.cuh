@@ -384,11 +384,11 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
     const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
     const int gr0 = row0 + lr0, gr1 = row0 + lr1;
     if (n <= 0) {  // never produced by the schedule; keep the partial well defined anyway
-      float* o0 = p.o_part + ((long long)si * p.GH + gr0) * kDl + w * 256 + (lane & 3) * 2;
-      float* o1 = p.o_part + ((long long)si * p.GH + gr1) * kDl + w * 256 + (lane & 3) * 2;
+      uint16_t* o0 = p.o_part + ((long long)si * p.GH + gr0) * kDl + w * 256 + (lane & 3) * 2;
+      uint16_t* o1 = p.o_part + ((long long)si * p.GH + gr1) * kDl + w * 256 + (lane & 3) * 2;
       for (int nt = 0; nt < 32; ++nt) {
-        if (gr0 < p.GH) *reinterpret_cast<float2*>(o0 + nt * 8) = make_float2(0.f, 0.f);
-        if (gr1 < p.GH) *reinterpret_cast<float2*>(o1 + nt * 8) = make_float2(0.f, 0.f);
+        if (gr0 < p.GH) StPart2<kBf16>(o0 + nt * 8, 0.f, 0.f);
+        if (gr1 < p.GH) StPart2<kBf16>(o1 + nt * 8, 0.f, 0.f);
       }
       if (w == 0 && (lane & 3) == 0) {
         if (gr0 < p.GH) p.lse_part[(long long)si * p.GH + gr0] = -INFINITY;
@@ -619,13 +619,8 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
     NamedBarSync(3, 256);
     const float L0 = sLs[lr0] + sLs[64 + lr0], L1 = sLs[lr1] + sLs[64 + lr1];
     const float inv0 = L0 > 0.f ? 1.f / L0 : 0.f, inv1 = L1 > 0.f ? 1.f / L1 : 0.f;
-    float* o0 = p.o_part + ((long long)si * p.GH + gr0) * kDl + w * 256 + (lane & 3) * 2;
-    float* o1 = p.o_part + ((long long)si * p.GH + gr1) * kDl + w * 256 + (lane & 3) * 2;
-#pragma unroll
-    for (int nt = 0; nt < 32; ++nt) {
-      if (gr0 < p.GH) *reinterpret_cast<float2*>(o0 + nt * 8) = make_float2(acc[nt][0] * inv0, acc[nt][1] * inv0);
-      if (gr1 < p.GH) *reinterpret_cast<float2*>(o1 + nt * 8) = make_float2(acc[nt][2] * inv1, acc[nt][3] * inv1);
-    }
+    StPartRow<kBf16>(p.o_part + ((long long)si * p.GH + gr0) * kDl + w * 256, acc, 0, inv0, lane, gr0 < p.GH);
+    StPartRow<kBf16>(p.o_part + ((long long)si * p.GH + gr1) * kDl + w * 256, acc, 1, inv1, lane, gr1 < p.GH);
     if (w == 0 && (lane & 3) == 0) {
       if (gr0 < p.GH) p.lse_part[(long long)si * p.GH + gr0] = L0 > 0.f ? (m0 + __log2f(L0)) * kLn2 : -INFINITY;
       if (gr1 < p.GH) p.lse_part[(long long)si * p.GH + gr1] = L1 > 0.f ? (m1 + __log2f(L1)) * kLn2 : -INFINITY;

@@ -114,7 +114,7 @@ __device__ __forceinline__ void SumOverTokenLanes(float (&out)[kN8][2], const fl
 // of one warp.
 __device__ __forceinline__ void SmEmptyPartial(const Params& p, int si, int lane) {
   for (int q = lane; q < p.GH; q += 4) {
-    for (int d = 0; d < kDl; ++d) p.o_part[((long long)si * p.GH + q) * kDl + d] = 0.f;
+    for (int d = 0; d < kDl; ++d) p.o_part[((long long)si * p.GH + q) * kDl + d] = 0;  // +0.0 in bf16 and f16
     p.lse_part[(long long)si * p.GH + q] = -INFINITY;
   }
 }
@@ -654,11 +654,12 @@ __global__ void __launch_bounds__(128 * (kNc + kNp), 1) mla_small_gh(Params p, S
           const float L = Lq[n8][e];
           if (q >= p.GH) continue;
           const float inv = L > 0.f ? out_mul / L : 0.f;
-          float* o = p.o_part + ((long long)si * p.GH + q) * kDl;
+          uint16_t* o = p.o_part + ((long long)si * p.GH + q) * kDl;
 #pragma unroll
           for (int i = 0; i < 8; ++i) {
-            o[i * 64 + ta] = oacc[i][n8][e] * inv;
-            o[i * 64 + tb] = oacc[i][n8][2 + e] * inv;
+            const uint32_t u = Pack2<kBf16>(oacc[i][n8][e] * inv, oacc[i][n8][2 + e] * inv);
+            o[i * 64 + ta] = (uint16_t)(u & 0xffffu);
+            o[i * 64 + tb] = (uint16_t)(u >> 16);
           }
           if (wi == 0 && lane < 4) p.lse_part[(long long)si * p.GH + q] = L > 0.f ? (m[n8][e] + __log2f(L)) * kLn2 : -INFINITY;
         }

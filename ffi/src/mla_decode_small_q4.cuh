@@ -421,7 +421,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q4(Params p, Sched s, QParam
         }
       }
     }
-    RawTileSegmentEnd(p, si, w, wi, lane, tid, own, myRed, sMerge, oacc, m, l, out_mul, &bars->q_empty);
+    RawTileSegmentEnd<kBf16>(p, si, w, wi, lane, tid, own, myRed, sMerge, oacc, m, l, out_mul, &bars->q_empty);
     kbase += n;
     ++sc;
   }

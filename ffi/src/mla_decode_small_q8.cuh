@@ -324,6 +324,7 @@ __device__ __forceinline__ void RawTileSoftmax(float (&st)[2][4], const int (&bq
 // over the 64 token rows, the exact two-consumer merge (as mla_small_gh: consumer 1 hands O^T, m and L over
 // thread-linearly through sMerge), consumer 0 writes the partial (o, lse) of segment si, times out_mul.
 // Row q's dims 128 wi + 16 g + 2 i + h sit in oacc[i][n8][2 h + e]: 16 consecutive floats per thread.
+template <bool kBf16>
 __device__ __forceinline__ void RawTileSegmentEnd(const Params& p, int si, int w, int wi, int lane, int tid, int own, float* myRed,
                                                   float* sMerge, float (&oacc)[8][2][4], float (&m)[2][2], const float (&l)[2][2],
                                                   float out_mul, uint64_t* q_empty) {
@@ -389,11 +390,11 @@ __device__ __forceinline__ void RawTileSegmentEnd(const Params& p, int si, int w
         const float L = Lq[n8][e];
         if (q >= p.GH) continue;
         const float inv = L > 0.f ? out_mul / L : 0.f;
-        float4* o = reinterpret_cast<float4*>(p.o_part + ((long long)si * p.GH + q) * kDl + 128 * wi + 16 * g);
+        uint16_t* o = p.o_part + ((long long)si * p.GH + q) * kDl + 128 * wi + 16 * g;
 #pragma unroll
         for (int i4 = 0; i4 < 4; ++i4)
-          o[i4] = make_float4(oacc[2 * i4][n8][e] * inv, oacc[2 * i4][n8][2 + e] * inv,
-                              oacc[2 * i4 + 1][n8][e] * inv, oacc[2 * i4 + 1][n8][2 + e] * inv);
+          StPart4<kBf16>(o + 4 * i4, oacc[2 * i4][n8][e] * inv, oacc[2 * i4][n8][2 + e] * inv,
+                         oacc[2 * i4 + 1][n8][e] * inv, oacc[2 * i4 + 1][n8][2 + e] * inv);
         if (wi == 0 && g == 0) p.lse_part[(long long)si * p.GH + q] = L > 0.f ? (m[n8][e] + __log2f(L)) * kLn2 : -INFINITY;
       }
   }
@@ -648,7 +649,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParam
         WgCommit();
       }
     }
-    RawTileSegmentEnd(p, si, w, wi, lane, tid, own, myRed, sMerge, oacc, m, l, out_mul, &bars->q_empty);
+    RawTileSegmentEnd<kBf16>(p, si, w, wi, lane, tid, own, myRed, sMerge, oacc, m, l, out_mul, &bars->q_empty);
     kbase += n;
     ++sc;
   }

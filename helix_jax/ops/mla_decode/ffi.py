@@ -34,16 +34,17 @@ def _align(x):
 def workspace_bytes(batch, rows):
     """Bytes of the CUDA handler's split-KV workspace for ``batch`` sequences of ``rows`` = G*H query rows.
 
-    The row tiles' segment and part tables ``[ceil(rows / 64), segs]`` int4 and ``[ceil(rows / 64), MAX_PARTS]``
-    int2 (each CTA plans its own split-KV part and writes its range and segments there), per-sequence segment ranges, partial lse ``[segs, rows]`` and partial o
-    ``[segs, rows, 512]`` fp32 with ``segs = batch + MAX_PARTS`` (mirrors ``Layout`` in the .cu file).
+    The row tiles' segment tables ``[ceil(rows / 64), segs]`` int4 and part tables ``[ceil(rows / 64), MAX_PARTS]``
+    int2 (each CTA plans its own split-KV part and writes its range and segments there), per-sequence segment
+    ranges, partial lse ``[segs, rows]`` fp32 and partial o ``[segs, rows, 512]`` in the activation dtype, with
+    ``segs = batch + MAX_PARTS`` (mirrors ``Layout`` in the .cu file).
     The workspace is a third result of the custom call, so XLA owns it (FFI scratch allocation is
     not available in the CUDA runtime here).
     """
     segs = batch + MAX_PARTS
     row_tiles = -(-rows // 64)
-    return (_align(16 * segs * row_tiles) + _align(8 * MAX_PARTS * row_tiles) + _align(8 * batch) + _align(4 * segs * rows)
-            + _align(4 * segs * rows * 512))
+    return (_align(16 * segs * row_tiles) + _align(8 * MAX_PARTS * row_tiles) + _align(8 * batch)
+            + _align(4 * segs * rows) + _align(2 * segs * rows * 512))
 
 
 def availability(platform):
