@@ -85,5 +85,8 @@ int main() {
     ++cases;
   }
   std::printf("schedule ok: %d cases\n", cases);
+  // The workspace sizes of Layout, for tests/test_ffi_build.py to compare with ffi.py's workspace_bytes.
+  for (long long B : {1LL, 3LL, 64LL, 1000LL})
+    for (long long GH : {1LL, 16LL, 64LL, 65LL, 128LL, 1024LL}) std::printf("layout %lld %lld %zu\n", B, GH, Layout(B, GH).total);
   return 0;
 }

@@ -50,7 +50,8 @@ def test_cuda_library_built_with_mla_symbol():
 def test_mla_decode_cu_compiles_for_sm90a_and_schedule_is_exact(tmp_path):
     """One nvcc build of tests/mla_decode_schedule_check.cu (it includes ffi/src/mla_decode_cuda.cu):
     the kernels compile for sm_90a without register spills, and the host-side run checks the split-KV
-    schedule (exact tile coverage, contiguous balanced parts) on 3000 random batches. No GPU needed."""
+    schedule (exact tile coverage, contiguous balanced parts, each part's own plan) on 3000 random batches and
+    the workspace layout against ffi.py's workspace_bytes. No GPU needed."""
     exe = tmp_path / "mla_schedule_check"
     cmd = [_nvcc(), "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "--use_fast_math",
            "-diag-suppress", "940,2473", "-Xcompiler", "-Wno-return-type", "-Xptxas", "-v",
@@ -68,6 +69,12 @@ def test_mla_decode_cu_compiles_for_sm90a_and_schedule_is_exact(tmp_path):
         assert spills == "0", f"{name} spills {spills} bytes"
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and "schedule ok" in run.stdout, run.stdout + run.stderr
+    # ffi.py sizes the workspace XLA allocates; the handler's Layout must need exactly that much.
+    from helix_jax.ops.mla_decode import ffi as ffi_backend
+    layouts = re.findall(r"^layout (\d+) (\d+) (\d+)$", run.stdout, re.M)
+    assert len(layouts) == 24, run.stdout[-2000:]
+    for b, gh, total in layouts:
+        assert ffi_backend.workspace_bytes(int(b), int(gh)) == int(total), (b, gh, total)
 
 
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc is not installed on this machine")
