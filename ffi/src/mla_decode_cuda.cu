@@ -82,8 +82,8 @@ __host__ __device__ inline int SeqLen(const int* bounds, int b, int G, int cap) 
 // the cost of starting a segment, its tiles follow); part p takes positions [p W, (p + 1) W) with
 // W = ceil(total / num_parts), and a segment is one part's share of one sequence's tiles. Segments come out in
 // (b, tile) order, each part's contiguous, each part's cost (tiles + kSegOverhead per segment) at most W + 1.
-// Every piece is a function of (c_b, n_b, W): each CTA of the main kernel plans its own part (PlanPart, no
-// schedule kernel or table; a separate 1-block schedule kernel cost 3.3 us a call on the H200).
+// Every piece is a function of (c_b, n_b, W): each CTA of the main kernel plans its own part (PlanPart; no
+// schedule kernel: the separate 1-block one cost 3.3-4.3 us a call on the H200).
 __host__ __device__ inline int SeqTiles(const int* bounds, int b, int G, int cap) {
   return (SeqLen(bounds, b, G, cap) + kTokTile - 1) / kTokTile;
 }
@@ -1170,7 +1170,8 @@ void LaunchCombine(const Params& p, const Sched& s, int num_parts, int num_sms, 
 size_t AlignUp(size_t x) { return (x + 255) & ~size_t(255); }
 
 // Workspace layout (mirrors helix_jax/ops/mla_decode/ffi.py:workspace_bytes): the row tiles' segment and part
-// tables, per-batch segment ranges, partial lse [segs, GH], partial o [segs, GH, 512], each 256-aligned;
+// tables, per-batch segment ranges, partial lse [segs, GH] f32, partial o [segs, GH, 512] in the activation dtype,
+// each 256-aligned;
 // segs = B + kMaxParts bounds the schedule's segments.
 struct WsLayout {
   size_t seg, part, batch, lse, o, total;
