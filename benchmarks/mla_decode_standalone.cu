@@ -303,13 +303,10 @@ static bool RunChecked(const Case& c, Dev& d, float scale, F run, const char* no
   return ok;
 }
 
-// One warp per part: its plan (range into part[q]) and its walk (segments into seg[]); part 0 writes batch[].
+// One warp per part, as the main kernels plan: its range into part[q], its segments into seg[]; part 0 writes batch[].
 __global__ void PlanCheck(const int* bounds, int B, int G, int cap, int parts, int4* seg, int2* part, int2* batch) {
-  PartPlan pl = PlanPart(bounds, B, G, cap, parts, blockIdx.x, blockIdx.x == 0 ? batch : nullptr);
-  if (threadIdx.x == 0) {
-    part[blockIdx.x] = pl.range;
-    for (int i = pl.range.x; i < pl.range.y; ++i) seg[i] = pl.cur.At(i, bounds, B, G, cap);
-  }
+  const int2 range = PlanPart(bounds, B, G, cap, parts, blockIdx.x, seg, blockIdx.x == 0 ? batch : nullptr);
+  if (threadIdx.x == 0) part[blockIdx.x] = range;
 }
 
 __global__ void FillRandom(uint16_t* x, size_t n, uint32_t seed) {

@@ -176,11 +176,12 @@ __device__ __forceinline__ T WarpExclusiveScan(T v, int lane) {
   return x - v;
 }
 
-// PlanPartSerial by one warp (every warp of a CTA calls it for itself: no shared memory, no barrier): lanes take
-// 32 sequences at a time; a pass for the total, a second for the offsets (two warp scans per 32 sequences).
-// batch != nullptr: also writes every sequence's (first segment, count) for the combine.
-__device__ __forceinline__ PartPlan PlanPart(const int* __restrict__ bounds, int B, int G, int cap, int num_parts, int q,
-                                          int2* batch) {
+// Part q's plan by one warp (lanes take 32 sequences at a time; a pass for the total, a second for the offsets: two
+// warp scans per 32 sequences): returns the range PlanPartSerial gives; each lane writes its sequence's segment in
+// part q (at most one) into seg[] (the table walked by PlanPartSerial's cursor: no serial walk, so a part holding
+// hundreds of short sequences costs no more than one). batch != nullptr: also every sequence's (first segment, count).
+__device__ __forceinline__ int2 PlanPart(const int* __restrict__ bounds, int B, int G, int cap, int num_parts, int q,
+                                         int4* seg, int2* batch) {
   const int lane = threadIdx.x & 31;
   constexpr int kKept = 4;  // tile counts of the first 128 sequences stay in registers between the passes
   int kept[kKept];
@@ -194,8 +195,6 @@ __device__ __forceinline__ PartPlan PlanPart(const int* __restrict__ bounds, int
   for (int b = 32 * kKept + lane; b < B; b += 32) total += SeqCost(SeqTiles(bounds, b, G, cap));
   total = WarpSum(total);
   const int W = SchedWidth(total, num_parts);
-  PartPlan pl{make_int2(0, 0), SegCursor{W, 0, 0, 0, 0, 0}};
-  bool found = false;
   int c0 = 0, s0 = 0, lo = 0, hi = 0;  // c0, s0: cost offset and first segment of the current 32-sequence chunk
   auto chunk = [&](int b0, int n) {
     const int b = b0 + lane;
@@ -204,17 +203,14 @@ __device__ __forceinline__ PartPlan PlanPart(const int* __restrict__ bounds, int
     const int cnt = SeqSegCount(c, n, W);
     const int sb = s0 + WarpExclusiveScan(cnt, lane);
     if (batch != nullptr && b < B) batch[b] = make_int2(sb, cnt);
-    lo += SegsBefore(c, n, cnt, W, q);
+    const int before = SegsBefore(c, n, cnt, W, q);
+    lo += before;
     hi += SegsBefore(c, n, cnt, W, q + 1);
-    const unsigned has = __ballot_sync(0xffffffffu, n > 0 && (c + kSegOverhead) / W + cnt - 1 >= q);
-    if (!found && has) {
-      const int src = __ffs(has) - 1;
-      found = true;
-      pl.cur = SegCursor{W, __shfl_sync(0xffffffffu, c, src), b0 + src, __shfl_sync(0xffffffffu, n, src),
-                         __shfl_sync(0xffffffffu, cnt, src), __shfl_sync(0xffffffffu, sb, src)};
+    const int k = q - (c + kSegOverhead) / W;  // this sequence's segment in part q, if 0 <= k < cnt
+    if (seg != nullptr && n > 0 && k >= 0 && k < cnt) {
+      int part;
+      seg[sb + k] = SeqSeg(b, c, n, W, k, &part);
     }
-    if (b0 == 0 && !found)  // no segment of part q: the range is empty and the cursor never used
-      pl.cur = SegCursor{W, 0, 0, __shfl_sync(0xffffffffu, n, 0), __shfl_sync(0xffffffffu, cnt, 0), 0};
     c0 += WarpSum(cost);
     s0 += WarpSum(cnt);
   };
@@ -222,8 +218,7 @@ __device__ __forceinline__ PartPlan PlanPart(const int* __restrict__ bounds, int
   for (int i = 0; i < kKept; ++i)
     if (32 * i < B) chunk(32 * i, kept[i]);
   for (int b0 = 32 * kKept; b0 < B; b0 += 32) chunk(b0, b0 + lane < B ? SeqTiles(bounds, b0 + lane, G, cap) : 0);
-  pl.range = make_int2(WarpSum(lo), WarpSum(hi));
-  return pl;
+  return make_int2(WarpSum(lo), WarpSum(hi));
 }
 
 #endif
@@ -444,7 +439,7 @@ struct Params {
   float scale_log2;
 };
 
-// Every main kernel's start, right after GridDepWait(), with all its threads: thread 0 plans the CTA's part
+// Every main kernel's start, right after GridDepWait(), with all its threads: the first warp plans the CTA's part
 // (blockIdx.x) and writes its range and segments into the row tile's tables; the first warp of CTA (0, 0) writes the
 // combine's per-sequence ranges. The kernels then read their range (PartRange) and segments (s.seg[SegRow(p) + si])
 // as they read the schedule kernel's table before. Keeping the planned range in registers from here on, or walking
@@ -452,12 +447,9 @@ struct Params {
 // B=64 H=128 on the H200).
 __device__ __noinline__ void PlanAndWritePart(const int* __restrict__ bounds, int B, int G, int cap, int num_parts,
                                               int4* seg, int2* part, int2* batch) {
-  const bool writer = blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x < 32;
-  PartPlan pl = PlanPart(bounds, B, G, cap, num_parts, blockIdx.x, writer ? batch : nullptr);
-  if (threadIdx.x == 0) {
-    *part = pl.range;
-    for (int si = pl.range.x; si < pl.range.y; ++si) seg[si] = pl.cur.At(si, bounds, B, G, cap);
-  }
+  const bool writer = blockIdx.x == 0 && blockIdx.y == 0;
+  const int2 range = PlanPart(bounds, B, G, cap, num_parts, blockIdx.x, seg, writer ? batch : nullptr);
+  if (threadIdx.x == 0) *part = range;
 }
 // First row of this CTA's row tile in the segment table.
 __device__ __forceinline__ long long SegRow(const Params& p) { return (long long)blockIdx.y * (p.B + kMaxParts); }
