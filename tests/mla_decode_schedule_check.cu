@@ -3,10 +3,11 @@
 // sequence beside short ones, B up to 1024, parts 1..160): every (sequence, 64-token tile) below the
 // sequence's longest bound is covered exactly once, segments stay inside one sequence, each part's
 // segments are contiguous and its cost (tiles + 1 per segment) is within one tile of an even share; and each
-// part's own plan (PlanPartSerial, the reference of the kernels' per-CTA PlanPart) gives the table's range and,
-// walked segment by segment, the table's segments.
+// part's own plan (PlanPartSerial, the serial form of the kernels' per-CTA PlanPart, sharing its PlanSeq) gives the
+// table's range and writes exactly the table's segments of that part.
 #include "mla_decode_cuda.cu"
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -62,17 +63,20 @@ int main() {
       }
       if (next != nblk[b]) { std::printf("FAIL b=%d covers %d of %d tiles (case %d)\n", b, next, nblk[b], it); return 1; }
     }
+    std::vector<int4> planned(seg.size());
     for (int p = 0; p < num_parts; ++p) {
-      PartPlan pl = PlanPartSerial(bounds.data(), B, G, cap, num_parts, p);
-      if (pl.range.x != part[p].x || pl.range.y != part[p].y) {
-        std::printf("FAIL part %d plans [%d, %d), table [%d, %d) (case %d)\n", p, pl.range.x, pl.range.y, part[p].x, part[p].y, it);
+      std::fill(planned.begin(), planned.end(), make_int4(-1, -1, -1, -1));
+      const int2 range = PlanPartSerial(bounds.data(), B, G, cap, num_parts, p, planned.data());
+      if (range.x != part[p].x || range.y != part[p].y) {
+        std::printf("FAIL part %d plans [%d, %d), table [%d, %d) (case %d)\n", p, range.x, range.y, part[p].x, part[p].y, it);
         return 1;
       }
-      for (int i = pl.range.x; i < pl.range.y; ++i) {
-        const int4 g = pl.cur.At(i, bounds.data(), B, G, cap);
-        if (g.x != seg[i].x || g.y != seg[i].y || g.z != seg[i].z) {
-          std::printf("FAIL part %d segment %d walks to (%d, %d, %d), table (%d, %d, %d) (case %d)\n", p, i, g.x, g.y, g.z,
-                      seg[i].x, seg[i].y, seg[i].z, it);
+      for (int i = 0; i < (int)seg.size(); ++i) {  // exactly the part's segments written, equal to the table's
+        const int4 g = planned[i];
+        const bool mine = i >= range.x && i < range.y;
+        if (mine ? (g.x != seg[i].x || g.y != seg[i].y || g.z != seg[i].z) : g.x != -1) {
+          std::printf("FAIL part %d segment %d planned as (%d, %d, %d), table (%d, %d, %d) (case %d)\n", p, i, g.x, g.y,
+                      g.z, seg[i].x, seg[i].y, seg[i].z, it);
           return 1;
         }
       }

@@ -88,8 +88,8 @@ __host__ __device__ inline int SeqTiles(const int* bounds, int b, int G, int cap
   return (SeqLen(bounds, b, G, cap) + kTokTile - 1) / kTokTile;
 }
 __host__ __device__ inline int SeqCost(int n) { return n ? n + kSegOverhead : 0; }
-// All cost-space arithmetic is 32-bit: the handlers reject B * (max tiles + kSegOverhead) >= 2^31
-// (CostFits: < 2^30), and 64-bit divisions are calls that made ptxas spill around the kernels' segment walks.
+// All cost-space arithmetic is 32-bit: the handlers reject B * (max tiles + kSegOverhead) >= 2^30 (CostFits),
+// and 64-bit divisions are calls that made ptxas spill around the kernels' segment walks.
 __host__ __device__ inline int SeqSegCount(int c, int n, int W) {
   if (n <= 0) return 0;
   const int f = c + kSegOverhead;
@@ -105,57 +105,37 @@ __host__ __device__ inline int4 SeqSeg(int b, int c, int n, int W, int k, int* p
 __host__ __device__ inline int SchedWidth(int total, int num_parts) {
   return total > 0 ? (total + num_parts - 1) / num_parts : 1;
 }
-// Sequence b's segments with a part < q: the first part-q segment's index is the sum of these over b.
-__host__ __device__ inline int SegsBefore(int c, int n, int cnt, int W, int q) {
-  const int k = q - (c + kSegOverhead) / W;
-  return n <= 0 || k <= 0 ? 0 : (k < cnt ? k : cnt);
+// Sequence b (offset c, n tiles, cnt segments from index sb) in part q's plan: adds its segments with a part < q
+// (< q + 1) to *lo (*hi) — summed over the sequences, the range of part q's segments — and writes its segment in part
+// q (a sequence has at most one per part) into seg[] (nullable). One body for PlanPart and its host reference.
+__host__ __device__ inline void PlanSeq(int b, int c, int n, int cnt, int sb, int W, int q, int4* seg, int* lo, int* hi) {
+  if (n <= 0) return;
+  const int k = q - (c + kSegOverhead) / W;  // index of b's part-q segment among its own, if 0 <= k < cnt
+  *lo += k <= 0 ? 0 : (k < cnt ? k : cnt);
+  *hi += k < 0 ? 0 : (k + 1 < cnt ? k + 1 : cnt);
+  if (seg != nullptr && k >= 0 && k < cnt) {
+    int part;
+    seg[sb + k] = SeqSeg(b, c, n, W, k, &part);
+  }
 }
 // The handlers' bound on the batch's cost (every sequence at its cap): 32-bit cost space holds it.
 inline bool CostFits(long long B, long long cap) {
   return B * ((cap + kTokTile - 1) / kTokTile + kSegOverhead) < (1LL << 30);  // (p + 1) * W stays below 2^31
 }
 
-// One part's walk over its segments: sequence b (offset c, n tiles, cnt segments from index sb). At(si) steps
-// over later sequences as needed, so calls must come with non-decreasing si inside the part's range.
-struct SegCursor {
-  int W, c, b, n, cnt, sb;
-  __host__ __device__ int4 At(int si, const int* bounds, int B, int G, int cap) {
-    while (si >= sb + cnt && b + 1 < B) {
-      sb += cnt;
-      c += SeqCost(n);
-      n = SeqTiles(bounds, ++b, G, cap);
-      cnt = SeqSegCount(c, n, W);
-    }
-    int part;
-    return SeqSeg(b, c, n, W, si - sb, &part);
-  }
-};
-struct PartPlan {
-  int2 range;     // the part's segments [x, y) (global indices: rows of the partials)
-  SegCursor cur;  // at the sequence of segment range.x
-};
-
 // Serial reference of PlanPart (host-callable: tests/mla_decode_schedule_check.cu checks it against BuildSchedule).
-__host__ __device__ inline PartPlan PlanPartSerial(const int* bounds, int B, int G, int cap, int num_parts, int q) {
+__host__ __device__ inline int2 PlanPartSerial(const int* bounds, int B, int G, int cap, int num_parts, int q, int4* seg) {
   int total = 0;
   for (int b = 0; b < B; ++b) total += SeqCost(SeqTiles(bounds, b, G, cap));
   const int W = SchedWidth(total, num_parts);
-  PartPlan pl{make_int2(0, 0), SegCursor{W, 0, 0, 0, 0, 0}};
-  bool found = false;
-  int c = 0, sb = 0;
+  int c = 0, sb = 0, lo = 0, hi = 0;
   for (int b = 0; b < B; ++b) {
     const int n = SeqTiles(bounds, b, G, cap), cnt = SeqSegCount(c, n, W);
-    pl.range.x += SegsBefore(c, n, cnt, W, q);
-    pl.range.y += SegsBefore(c, n, cnt, W, q + 1);
-    if (!found && n > 0 && (c + kSegOverhead) / W + cnt - 1 >= q) {
-      found = true;
-      pl.cur = SegCursor{W, c, b, n, cnt, sb};
-    }
-    if (b == 0 && !found) pl.cur = SegCursor{W, 0, 0, n, cnt, 0};  // part q has no segment: never walked
+    PlanSeq(b, c, n, cnt, sb, W, q, seg, &lo, &hi);
     sb += cnt;
     c += SeqCost(n);
   }
-  return pl;
+  return make_int2(lo, hi);
 }
 
 #ifdef __CUDACC__
@@ -177,9 +157,9 @@ __device__ __forceinline__ T WarpExclusiveScan(T v, int lane) {
 }
 
 // Part q's plan by one warp (lanes take 32 sequences at a time; a pass for the total, a second for the offsets: two
-// warp scans per 32 sequences): returns the range PlanPartSerial gives; each lane writes its sequence's segment in
-// part q (at most one) into seg[] (the table walked by PlanPartSerial's cursor: no serial walk, so a part holding
-// hundreds of short sequences costs no more than one). batch != nullptr: also every sequence's (first segment, count).
+// warp scans per 32 sequences): PlanPartSerial's range, and each lane writes its sequence's part-q segment into seg[]
+// (no serial walk: a part holding hundreds of short sequences costs no more than one). batch != nullptr: also every
+// sequence's (first segment, count).
 __device__ __forceinline__ int2 PlanPart(const int* __restrict__ bounds, int B, int G, int cap, int num_parts, int q,
                                          int4* seg, int2* batch) {
   const int lane = threadIdx.x & 31;
@@ -203,14 +183,7 @@ __device__ __forceinline__ int2 PlanPart(const int* __restrict__ bounds, int B, 
     const int cnt = SeqSegCount(c, n, W);
     const int sb = s0 + WarpExclusiveScan(cnt, lane);
     if (batch != nullptr && b < B) batch[b] = make_int2(sb, cnt);
-    const int before = SegsBefore(c, n, cnt, W, q);
-    lo += before;
-    hi += SegsBefore(c, n, cnt, W, q + 1);
-    const int k = q - (c + kSegOverhead) / W;  // this sequence's segment in part q, if 0 <= k < cnt
-    if (seg != nullptr && n > 0 && k >= 0 && k < cnt) {
-      int part;
-      seg[sb + k] = SeqSeg(b, c, n, W, k, &part);
-    }
+    PlanSeq(b, c, n, cnt, sb, W, q, seg, &lo, &hi);  // n = 0 past B
     c0 += WarpSum(cost);
     s0 += WarpSum(cnt);
   };
@@ -250,9 +223,8 @@ inline void BuildSchedule(const int* bounds, int B, int G, int cap, int num_part
 
 // Programmatic dependent launch (sm_90): the main and combine kernels are launched so they may start while
 // the kernel before them in the stream still runs (their launch and prologue overlap it); each waits with
-// GridDepWait() before reading what that kernel wrote (the schedule, the partials). No-ops without PDL.
+// GridDepWait() before reading what that kernel wrote (its inputs, the partials). No-op without PDL.
 __device__ __forceinline__ void GridDepWait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-__device__ __forceinline__ void GridDepLaunch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 
 // Programmatic dependent launch of the main and combine kernels (HELIX_MLA_DECODE_PDL=0 turns it off), read once.
 inline bool PdlFromEnv() {
@@ -433,7 +405,7 @@ struct Params {
   const uint16_t* k_rope;  // [N, P, 64]
   const int* page_table;   // [B, npp]
   const int* bounds;       // [B, G]
-  uint16_t* o_part;        // [max_segs, GH, 512] in the activation dtype (StPart2 / StPart4)
+  uint16_t* o_part;        // [max_segs, GH, 512] in the activation dtype (StPartRow / StPart2 / StPart4)
   float* lse_part;         // [max_segs, GH]
   int B, G, H, GH, P, npp, N, cap;
   float scale_log2;
