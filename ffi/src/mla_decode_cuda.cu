@@ -411,7 +411,7 @@ struct Params {
   float scale_log2;
 };
 
-// Every main kernel's start, right after GridDepWait(), with all its threads: the first warp plans the CTA's part
+// Every main kernel's start, with all its threads (it first waits for the kernel before): the first warp plans the CTA's part
 // (blockIdx.x) and writes its range and segments into the row tile's tables; the first warp of CTA (0, 0) writes the
 // combine's per-sequence ranges. The kernels then read their range (PartRange) and segments (s.seg[SegRow(p) + si])
 // as they read the schedule kernel's table before. Keeping the planned range in registers from here on, or walking
@@ -426,6 +426,7 @@ __device__ __noinline__ void PlanAndWritePart(const int* __restrict__ bounds, in
 // First row of this CTA's row tile in the segment table.
 __device__ __forceinline__ long long SegRow(const Params& p) { return (long long)blockIdx.y * (p.B + kMaxParts); }
 __device__ __forceinline__ void PlanThisPart(const Params& p, const Sched& s) {
+  GridDepWait();  // inputs written by the kernel before (programmatic dependent launch)
   if (threadIdx.x < 32)
     PlanAndWritePart(p.bounds, p.B, p.G, p.cap, s.num_parts, s.seg + SegRow(p),
                      s.part + blockIdx.y * kMaxParts + blockIdx.x, s.batch);
@@ -701,8 +702,7 @@ __device__ __forceinline__ void WarpgroupSync(int half) {
 
 template <bool kBf16, int kMode, int kFmt = kFmtNative>
 __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s, QParams qp) {
-  GridDepWait();  // inputs written by the kernel before (programmatic dependent launch)
-  PlanThisPart(p, s);  // first (ptxas spilled more with anything live across it)
+  PlanThisPart(p, s);  // first: waits for the inputs (PDL); ptxas spilled more with anything live across it
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // 128-byte swizzle atoms must start on 1024-byte boundaries.
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);

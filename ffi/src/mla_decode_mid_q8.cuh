@@ -77,8 +77,7 @@ __device__ __forceinline__ void M8QFromGlobal(unsigned char* sQ8, float* sQs, co
 // alone); bit 2: V^T fragments without the E4M3 conversion; bit 3: no S wgmma; bit 4: no PV wgmma.
 template <bool kBf16, bool kTma, int kVar = 0>
 __global__ void __launch_bounds__(384, 1) mla_mid_q8(Params p, Sched s, QParams qp, const __grid_constant__ Q8Maps maps) {
-  GridDepWait();  // inputs written by the kernel before (programmatic dependent launch)
-  PlanThisPart(p, s);  // first (ptxas spilled more with anything live across it)
+  PlanThisPart(p, s);  // first: waits for the inputs (PDL); ptxas spilled more with anything live across it
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
   unsigned char* ring = smem;                                        // 1024-aligned tiles (36 KB each)

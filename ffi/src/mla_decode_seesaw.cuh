@@ -197,8 +197,7 @@ __device__ __forceinline__ int2 RefillPart(SsBars* bars, int buf, int u, int own
 // it): the load pipeline alone; bit 2: the producer copies nothing (arrives only): the math alone.
 template <bool kBf16, int kVar = 0, int kLoad = 0>
 __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, const __grid_constant__ SsMaps maps) {
-  GridDepWait();  // inputs written by the kernel before (programmatic dependent launch)
-  PlanThisPart(p, s);  // first (ptxas spilled more with anything live across it)
+  PlanThisPart(p, s);  // first: waits for the inputs (PDL); ptxas spilled more with anything live across it
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem);

@@ -299,8 +299,7 @@ __device__ __forceinline__ void SmQToF16(uint16_t* sQ, float* qs, int pt) {
 // tiles of raw bytes in flight instead of one; bit 4: a producer-side proxy fence after each unit.
 template <bool kBf16, int kFmt = kFmtNative, int kNc = 1, int kNp = 1, int kVar = 0>
 __global__ void __launch_bounds__(128 * (kNc + kNp), 1) mla_small_gh(Params p, Sched s, QParams qp) {
-  GridDepWait();  // inputs written by the kernel before (programmatic dependent launch)
-  PlanThisPart(p, s);  // first (ptxas spilled more with anything live across it)
+  PlanThisPart(p, s);  // first: waits for the inputs (PDL); ptxas spilled more with anything live across it
   static_assert(kNc == 1 || kNc == 2, "one or two consumer warpgroups");
   static_assert(kNp == 1 || (kNp == 2 && kFmt != kFmtNative), "two producer warpgroups dequantize; cp.async uses one");
   constexpr int kH = 2 / kNp;  // tokens per producer thread

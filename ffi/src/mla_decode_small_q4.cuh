@@ -144,8 +144,7 @@ __device__ __forceinline__ void E2m1x8Scaled(uint32_t w, uint32_t sf2, uint32_t 
 // on a buffer's empty barrier (instead of lane 0 of each warp after __syncwarp).
 template <bool kBf16, bool kTma, int kVar = 0>
 __global__ void __launch_bounds__(384, 1) mla_small_q4(Params p, Sched s, QParams qp, const __grid_constant__ Q4Maps maps) {
-  GridDepWait();  // inputs written by the kernel before (programmatic dependent launch)
-  PlanThisPart(p, s);  // first (ptxas spilled more with anything live across it)
+  PlanThisPart(p, s);  // first: waits for the inputs (PDL); ptxas spilled more with anything live across it
   constexpr bool kNoDecode = (kVar & 4) != 0, kLutS = (kVar & 32) == 0, kLutPV = (kVar & 64) == 0;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);

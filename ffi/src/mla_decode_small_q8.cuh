@@ -411,8 +411,7 @@ __device__ __forceinline__ void RawTileSegmentEnd(const Params& p, int si, int w
 // Bit 9: S promoted to f32 per 128-feature block (see there; HELIX_MLA_DECODE_FP8_S=f32).
 template <bool kBf16, bool kTma, int kVar = 0>
 __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParams qp, const __grid_constant__ Q8Maps maps) {
-  GridDepWait();  // inputs written by the kernel before (programmatic dependent launch)
-  PlanThisPart(p, s);  // first (ptxas spilled more with anything live across it)
+  PlanThisPart(p, s);  // first: waits for the inputs (PDL); ptxas spilled more with anything live across it
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
   unsigned char* ring = smem;                                      // 1024-aligned tiles (36 KB each)
