@@ -434,17 +434,20 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc > 2 && std::strcmp(argv[1], "m8chk") == 0) {
-    // One variant V (0, 128: cp.async tiles) of mla_mid_q8 on a ring-wrapping case (16 x 8192 tokens, G=4, H=16), for
-    // the sanitizers: "m8chk V".
+    // One variant V of the fp8 16 < G*H <= 64 kernels on a ring-wrapping case (16 x 8192 tokens, G=4, H=16), for the
+    // sanitizers: "m8chk V" with V = 0 / 128 (mla_mid_q8, TMA / cp.async tiles), 16384 / 16512 (mla_mid_q8s, TMA /
+    // cp.async). mla_mid_q8's reference uses its two-scale Q terms; mla_mid_q8s's the unquantized queries.
     const int V = std::atoi(argv[2]);
     Case c = MakeCase(16, 4, 16, 64, std::vector<int>(16, 8192), 65);
     QHost qh = MakeQuant(c, kFmtFp8, 67);
-    QuantizeQueriesFp8Two(c);
+    if (V < 16384) QuantizeQueriesFp8Two(c);
     Dev d = Upload(c, scale);
     QParams qp = UploadQuant(qh);
     g_lse_tol = 3e-2;
-    const bool ok = V == 128 ? RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 128>(d, qp); })
-                             : RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8>(d, qp); });
+    const bool ok = V == 128     ? RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 128>(d, qp); })
+                    : V == 16384 ? RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 16384>(d, qp); })
+                    : V == 16512 ? RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 16384 | 128>(d, qp); })
+                                 : RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8>(d, qp); });
     FreeQuant(qp);
     Free(d);
     return ok ? 0 : 1;
@@ -574,6 +577,81 @@ int main(int argc, char** argv) {
           std::printf("q4 B=64 round %d: bf16 %.4f | table %.4f (%.3fx) | S permutes %.4f (%.3fx) | PV permutes %.4f (%.3fx) | "
                       "all-lane release %.4f (%.3fx)\n", r, b0, a0, b0 / a0, a32, b0 / a32, a64, b0 / a64, a256, b0 / a256);
         }
+      }
+      FreeQuant(qp);
+      Free(d);
+    }
+    return 0;
+  }
+  if (argc > 2 && std::strcmp(argv[1], "s8prof") == 0) {
+    // One main-kernel launch of mla_mid_q8s at B=64 G=4 H=16 L=64K after one warm-up launch, for Nsight Compute
+    // (--launch-skip 1 --launch-count 1): "s8prof 1" mla_mid_q8s, "s8prof 0" mla_mid_q8.
+    const int v = std::atoi(argv[2]);
+    Dev d = UploadTiming(64, 4, 16, 64, 65536, scale);
+    QParams qp = QuantTiming(d, kFmtFp8);
+    for (int i = 0; i < 2; ++i) {
+      if (v == 1) Run<kMidQ8, kFmtFp8, 16384>(d, qp, 1);
+      else Run<kMidQ8, kFmtFp8>(d, qp, 1);
+      CK(cudaDeviceSynchronize());
+    }
+    std::printf("s8prof %d done\n", v);
+    FreeQuant(qp);
+    Free(d);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "s8") == 0) {
+    // fp8 pages at 16 < G*H <= 64 through mla_mid_q8s (the seesaw form: consumers alternate tiles, S with the query rows
+    // as M, PV on E4M3 tensor cores) against the double reference of the unquantized queries: TMA tiles (variant 16384),
+    // cp.async tiles (| 128), the alternative A-register order (| 32768: must FAIL when the default passes; a check of
+    // the fragment layout). Then timings at H=16, G=4 against the bf16 seesaw and mla_mid_q8. "s8 999": checks only.
+    const bool checks_only = argc > 2 && std::atoi(argv[2]) == 999;
+    const std::vector<CaseDef> s8_cases = {
+        {4, 4, 16, 64, {1000, 0, 77, 130}},
+        {5, 2, 12, 16, {1, 64, 3000, 129, 191}},      // G*H = 24; 16-token pages: cp.async tiles
+        {3, 5, 8, 128, {4097, 65, 2}},                // G*H = 40; TMA inside 128-token pages
+        {2, 1, 17, 32, {700, 33}},                    // G*H = 17
+        {16, 4, 16, 64, std::vector<int>(16, 8192)},  // ~15 tiles per CTA: the ring wraps
+    };
+    bool all = true, alt_any = false;
+    for (size_t ci = 0; ci < s8_cases.size(); ++ci) {
+      const CaseDef& cd = s8_cases[ci];
+      Case c = MakeCase(cd.B, cd.G, cd.H, cd.P, cd.lens, 61 + (unsigned)ci);
+      QHost qh = MakeQuant(c, kFmtFp8, 63 + (unsigned)ci);
+      Dev d = Upload(c, scale);
+      QParams qp = UploadQuant(qh);
+      std::printf("s8 case %zu (B=%d G=%d H=%d P=%d):\n", ci, cd.B, cd.G, cd.H, cd.P);
+      g_lse_tol = 3e-2;  // the default S accumulation's budget on full-range codes (as mla_small_q8)
+      std::printf("  mla_mid_q8 (lockstep, reference point):\n");
+      RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8>(d, qp); });
+      std::printf("  mla_mid_q8s:\n");
+      all &= RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 16384>(d, qp); });
+      std::printf("  mla_mid_q8s, cp.async tiles:\n");
+      all &= RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 16384 | 128>(d, qp); });
+      std::printf("  mla_mid_q8s, alternative A-register order (expected to FAIL):\n");
+      alt_any |= RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 16384 | 32768>(d, qp); });
+      g_lse_tol = 2e-2;
+      FreeQuant(qp);
+      Free(d);
+    }
+    all &= !alt_any;
+    std::printf("s8 checks passing: %s (alternative register order passed somewhere: %s)\n", all ? "yes" : "NO", alt_any ? "yes" : "no");
+    if (checks_only) return all ? 0 : 1;  // (timings follow even after a failed check: a probe)
+    for (int B : {1, 16, 64, 128}) {
+      Dev d = UploadTiming(B, 4, 16, 64, 65536, scale);
+      const double tok = (double)B * 65536;
+      const float bf = TimeMs<kSeesaw, kFmtNative, 32>(d, 10);
+      QParams qp = QuantTiming(d, kFmtFp8);
+      for (int round = 0; round < 2; ++round) {
+        const float lk = TimeMs<kMidQ8, kFmtFp8>(d, 10, qp), t1 = TimeMs<kMidQ8, kFmtFp8, 16384>(d, 10, qp),
+                    te = TimeMs<kMidQ8, kFmtFp8, 16384 | 32>(d, 10, qp);
+        std::printf("s8 B=%d G=4 H=16 round %d: bf16 %.4f ms (%.2f TB/s) | lockstep %.4f = %.2fx | seesaw %.4f = %.2fx "
+                    "(%.2f TB/s) | seesaw evict-first %.4f = %.2fx\n", B, round, bf, tok * 1152 / bf / 1e9, lk, bf / lk, t1,
+                    bf / t1, tok * 576 / t1 / 1e9, te, bf / te);
+      }
+      if (B == 64) {
+        const float mo = TimeMs<kMidQ8, kFmtFp8, 16384>(d, 10, qp, 1), math = TimeMs<kMidQ8, kFmtFp8, 16384 | 1>(d, 10, qp, 1),
+                    prod = TimeMs<kMidQ8, kFmtFp8, 16384 | 2>(d, 10, qp, 1);
+        std::printf("s8 B=64 seesaw: main-only %.4f, math alone %.4f, producer alone %.4f\n", mo, math, prod);
       }
       FreeQuant(qp);
       Free(d);

@@ -316,3 +316,37 @@ def test_gpu_bad_fp8_s_env_names_the_variable():
     out = res.stdout + res.stderr
     assert res.returncode != 0, out[-4000:]
     assert "HELIX_MLA_DECODE_FP8_S must be fast or f32" in out, out[-4000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["seesaw", "lockstep"])
+def test_gpu_fp8_mid_kernel_variants(variant):
+    """HELIX_MLA_DECODE_MID8 (fp8 pages at 16 < G*H <= 64: mla_mid_q8s or mla_mid_q8;
+    read once per process: a subprocess) passes every fp8 FFI GPU format case and the R2 examples."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+    here = pathlib.Path(__file__).resolve().parent
+    env = dict(os.environ, HELIX_MLA_DECODE_MID8=variant)
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", str(here / "test_mla_decode_formats.py"),
+                          "-k", "(test_gpu_formats or test_gpu_r2_examples) and fp8_e4m3 and ffi"],
+                         env=env, capture_output=True, text=True, timeout=900, cwd=here.parent)
+    assert res.returncode == 0 and " passed" in res.stdout, res.stdout[-4000:] + res.stderr[-4000:]
+
+
+@pytest.mark.gpu
+def test_gpu_bad_mid8_env_names_the_variable():
+    """A bad HELIX_MLA_DECODE_MID8 value is an error naming the variable and its values, not a silent default."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+    here = pathlib.Path(__file__).resolve().parent
+    env = dict(os.environ, HELIX_MLA_DECODE_MID8="fast")
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-m", "gpu", str(here / "test_mla_decode_formats.py"),
+                          "-k", "test_gpu_formats and fp8_e4m3 and ffi"],
+                         env=env, capture_output=True, text=True, timeout=900, cwd=here.parent)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0, out[-4000:]
+    assert "HELIX_MLA_DECODE_MID8 must be auto, seesaw or lockstep" in out, out[-4000:]

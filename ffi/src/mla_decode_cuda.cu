@@ -985,6 +985,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_split_kv(Params p, Sched s, Q
 #include "mla_decode_small_q8.cuh"
 #include "mla_decode_small_q4.cuh"
 #include "mla_decode_mid_q8.cuh"
+#include "mla_decode_mid_q8s.cuh"
 
 namespace helix_ffi {
 namespace {
@@ -1193,6 +1194,15 @@ int DequantModeFromEnv() {
 // session 10). Returns 1 for f32, 0 for fast, -1 for anything else.
 int Fp8SFromEnv() {
   static const int mode = EnvChoice("HELIX_MLA_DECODE_FP8_S", {{"fast", 0}, {"f32", 1}});
+  return mode;
+}
+
+// fp8 pages at 16 < G*H <= 64 from HELIX_MLA_DECODE_MID8, read once (HELIX_MLA_DECODE_FP8_S=f32 always runs lockstep):
+//   auto (default), seesaw: mla_mid_q8s (consumers alternate tiles; P rounded to E4M3 for PV on fp8 tensor cores);
+//   lockstep: mla_mid_q8 (both consumers on every tile, P in f16: o about 2x closer to the reference, ~0.75x the speed).
+// Returns the LaunchMain kVar bit (16384 = mla_mid_q8s) or 0 for lockstep, -1 for anything else.
+int Mid8FromEnv() {
+  static const int mode = EnvChoice("HELIX_MLA_DECODE_MID8", {{"auto", 16384}, {"seesaw", 16384}, {"lockstep", 0}});
   return mode;
 }
 
@@ -1423,7 +1433,9 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
     // consecutive pool rows (P % 64 == 0; kVar bit 7 forces cp.async), else cp.async.
     constexpr bool kQ8 = kMode != kSmallQ4;
     static_assert(kFmt == (kQ8 ? kFmtFp8 : kFmtNvfp4), "mla_small_q8 / mla_mid_q8 read fp8 pages, mla_small_q4 nvfp4 pages");
-    constexpr int kSmem = kMode == kSmallQ8 ? kQ8SmemBytes : kMode == kMidQ8 ? kM8SmemBytes : kQ4SmemBytes;
+    constexpr int kSmem = kMode == kSmallQ8 ? kQ8SmemBytes
+                          : kMode == kMidQ8 ? ((kVar & 16384) != 0 ? kS8SmemBytes : kM8SmemBytes)
+                                            : kQ4SmemBytes;
     std::conditional_t<kQ8, Q8Maps, Q4Maps> maps{};
     const bool tma = p.P % kTokTile == 0 && !(kVar & 128);
     if (tma) {
@@ -1440,6 +1452,7 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
       constexpr int kV = (kVar & ~128) | (kT ? 0 : 256);
       constexpr auto kernel = [] {
         if constexpr (kMode == kSmallQ8) return mla_small_q8<kBf16, kT, kV>;
+        else if constexpr (kMode == kMidQ8 && (kV & 16384) != 0) return mla_mid_q8s<kBf16, kT, kV & ~(256 | 16384)>;
         else if constexpr (kMode == kMidQ8) return mla_mid_q8<kBf16, kT, kV & ~256>;  // (every consumer thread arrives)
         else return mla_small_q4<kBf16, kT, kV>;
       }();
@@ -1504,6 +1517,8 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_TMA_L2 must be 128, 256 or none");
   if (kFmt == kFmtFp8 && Fp8SFromEnv() < 0)
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_FP8_S must be fast or f32");
+  if (kFmt == kFmtFp8 && Mid8FromEnv() < 0)
+    return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_MID8 must be auto, seesaw or lockstep");
   if (mode < 0)
     return ffi::Error::InvalidArgument(kFmt == kFmtNative ? "helix_mla_decode: HELIX_MLA_DECODE_KERNEL must be auto, small, seesaw, wgmma or mma"
                                                           : "helix_mla_decode: HELIX_MLA_DECODE_DEQUANT must be auto, small8, small4, small, pipe, tile or fp8qk");
@@ -1524,7 +1539,9 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
     if constexpr (kFmt == kFmtNvfp4) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ4, kFmt>(p, s, num_parts, mtiles, stream, qp)));
   } else if (kFmt == kFmtFp8 && mode == kSmallQ8 && p.GH <= kM8Rows) {  // fp8, 16 < G*H <= 64: mla_mid_q8
     if constexpr (kFmt == kFmtFp8) {
+      const int mid = Mid8FromEnv();
       if (Fp8SFromEnv() == 1) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 512>(p, s, num_parts, mtiles, stream, qp)));
+      else if (mid == 16384) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 16384>(p, s, num_parts, mtiles, stream, qp)));
       else HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt>(p, s, num_parts, mtiles, stream, qp)));
     }
   } else if (kFmt != kFmtNative && (mode == kSmallGh || mode == kSmallQ8) && p.GH <= kSmRows) {

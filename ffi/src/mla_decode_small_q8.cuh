@@ -86,7 +86,9 @@ __device__ __forceinline__ void ForQChunks(F f) {
 // q ~= (hi + lo / s_lo) / s_hi, to ~2^-8 of the row max. The hi codes go to row hi_row and the lo codes to row lo_row
 // of a kQRows-row Q8Off tile; part 0 stores 1 / s_hi at *qs_hi and 1 / (s_hi s_lo) at *qs_lo (they multiply the
 // logits' two accumulator halves). Three passes over the chunks (ForQChunks<kUnroll>).
-template <bool kBf16, int kQRows, bool kUnroll, typename Chunk>
+// kOneScale (mla_mid_q8s: both terms accumulate into one chain): s_lo = 1, so lo = RNE(sat(x - hi)) in the same units as
+// hi (q ~= (hi + lo) / s_hi; residuals below 2^-9 of hi's units round to zero: ~2^-18 of the row max) and *qs_lo is not written.
+template <bool kBf16, int kQRows, bool kUnroll, bool kOneScale = false, typename Chunk = void>
 __device__ __forceinline__ void Q8RowTerms(unsigned char* sQ8, int hi_row, int lo_row, float* qs_hi, float* qs_lo, int part,
                                            Chunk chunk_raw) {
   auto val = [](uint32_t h) {
@@ -135,10 +137,10 @@ __device__ __forceinline__ void Q8RowTerms(unsigned char* sQ8, int hi_row, int l
     *reinterpret_cast<uint2*>(sQ8 + Q8Off<kQRows>(hi_row, ch >> 1) + (ch & 1) * 8) = make_uint2(o[0], o[1]);
   });
   rmax = rowmax(rmax);
-  const float s_lo = rmax > 0.f ? __fdiv_rn(448.f, rmax) : 1.f;
+  const float s_lo = kOneScale ? 1.f : rmax > 0.f ? __fdiv_rn(448.f, rmax) : 1.f;
   if (part == 0) {
     *qs_hi = __frcp_rn(s_hi);
-    *qs_lo = __frcp_rn(s_hi * s_lo);
+    if constexpr (!kOneScale) *qs_lo = __frcp_rn(s_hi * s_lo);
   }
   // lo codes
   ForQChunks<kUnroll>([&](int i) {

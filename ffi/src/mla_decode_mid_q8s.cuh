@@ -1,0 +1,427 @@
+// FP8 pages, 16 < G*H <= 64 query rows: mla_mid_q8s, the seesaw form of mla_mid_q8 (HELIX_MLA_DECODE_MID8=auto|seesaw,
+// the default; lockstep keeps mla_mid_q8). Included by mla_decode_cuda.cu after mla_decode_mid_q8.cuh (reuses its
+// constants, the raw-tile layout, the producer loop and the V^T register mapping).
+//
+// Why: mla_mid_q8's two consumers take every tile in lockstep (S of their query rows, a 256-thread barrier, PV of their
+// latent dims), so the tensor pipe idles through each tile's softmax, exchange and barriers (~3000 of its ~5000 cycles
+// per tile at B=64, H=16, G=4; benchmarks/NOTES.md session 11). Here the consumers alternate tiles as the bf16 seesaw
+// kernel does: tile j's owner (consumer j % 2) computes S for all 64 query rows and its softmax while the other consumer
+// runs its own S and PVs.
+//   S[64 rows, 64 tok] = Q K^T with the query rows as the wgmma M dimension (A = E4M3 Q from shared memory, B = the raw
+//       tile, K-major: Q8SBlock's descriptors with A and B swapped): Q as two E4M3 terms with ONE row scale
+//       (Q8RowTerms<kOneScale>), so both terms accumulate into one chain, the lo term first (see step): 36 x m64n64k32,
+//       32 accumulator registers;
+//   the owner's row softmax (quad shuffles only) continues the running max / sum that the previous tile's owner left in
+//       shared memory (sM / sL: a chain across the consumers, as FlashMLA's sequential softmax), writes P^T and the
+//       tile's rescale factor, and arrives on pfull;
+//   both consumers: O^T[256 latent dims, 64 rows] *= the factors, += V^T P^T on E4M3 tensor cores: A = V^T from registers
+//       (the whole tile: 2 k32 steps x 4 m-blocks = 32 registers, byte-transposed from 8-byte token reads, one commit
+//       group) and B = P^T from shared memory; O^T's M rows permuted as mla_mid_q8's (a thread's 8 bytes per token cover
+//       its rows of 4 m-blocks).
+// P: p = exp2(s - m + 8) rounded to E4M3 (RNE; E4M3's 2^-4 per weight; its normal range covers p >= 2^-14). The row
+// sums use the rounded weights, so o stays a convex combination of the V rows. This is the precision trade of the
+// kernel: mla_mid_q8 keeps P in f16 (standalone driver, full-range codes: o 3.1-4.9e-3 vs 5.1-7.0e-3 off the double
+// reference). A two-term P (hi + lo in E4M3, two PV wgmmas per step on the same A registers) made ptxas serialise every
+// wgmma for lack of registers (C7512) and ran slower than mla_mid_q8 (benchmarks/NOTES.md, session 14).
+// Per tile and SM: S 36 x 32 + PV 2 x 8 x 32 = 1664 tensor cycles, against ~2000 cycles of fp8 bytes at 4.2 TB/s.
+// kVar: bit 0 / 1: the probes of mla_mid_q8 (math alone / producer alone); bit 5: L2 evict-first TMA loads; bit 15: the
+// alternative A-register order (reg 1 = row g, k + 16; reg 2 = row g + 8, k), a check of the fragment layout (the
+// standalone driver runs it and expects it to FAIL).
+#pragma once
+
+namespace helix_ffi {
+namespace {
+
+constexpr int kS8Bufs = 3;                   // raw tiles in the ring
+// setmaxnreg budgets (128 x (P + 2 C) <= 64 K): at mla_mid_q8's 40 / 232 ptxas serialised the two-term-P form's wgmmas
+// for lack of registers (C7512); the TMA producer needs few.
+constexpr int kS8ProdRegs = 24, kS8ConsRegs = 240;
+static_assert(kS8ProdRegs + 2 * kS8ConsRegs <= 512, "setmaxnreg budgets exceed the CTA's registers");
+constexpr int kS8PBytes = kM8Rows * 128;     // one P^T [64 rows x 128 B], 128-byte swizzle (tokens at logical bytes 0..63)
+// P^T and the running stats rotate over four tiles: the owner of tile j rewrites tile j - 4's buffer, whose readers (both
+// consumers' PVs) finished long before; with two, its softmax waited for the other consumer's PV of tile j - 2.
+constexpr int kS8PBufs = 4;
+struct S8Bars {
+  uint64_t full[kS8Bufs][5];  // as Q8BarsT (Q8ProduceSegment)
+  uint64_t empty[kS8Bufs];    // 256: every consumer thread after its V^T loads of the tile (the owner's S retired before)
+  uint64_t pfull[kS8PBufs];   // by tile % 4, 128: the owner's threads wrote P^T, sM / sL / sA
+  uint64_t pempty[kS8PBufs];  // by tile % 4, 256: both consumers' PV of the tile retired (and the segment end read sL)
+};
+// Ring, E4M3 Q [hi 64 rows; lo 64 rows], P^T x 4, sM / sL / sA [4][64], Q row factors [64], row bounds [64], barriers.
+constexpr int kS8SmemBytes = kS8Bufs * kQ8TileBytes + kM8QBytes + kS8PBufs * kS8PBytes + 3 * kS8PBufs * kM8Rows * 4 + 2 * kM8Rows * 4 +
+                             (int)sizeof(S8Bars) + 1024;
+static_assert(kS8SmemBytes <= 227 * 1024, "mla_mid_q8s exceeds the opt-in shared memory");
+
+// Byte offset of (query row q, token t) in a P^T buffer (B operand of PV: K-major, 128-byte swizzle; a k32 step reads 32
+// bytes of each row).
+__device__ __forceinline__ int S8PtOff(int q, int t) { return q * 128 + (((t >> 4) ^ (q & 7)) << 4) + (t & 15); }
+
+// The segment's Q (sequence b, rows >= G*H zero) -> E4M3 hi rows 0..63 and lo rows 64..127 of a 128-row Q8Off tile, one
+// row scale: sQs[r] = 1 / s_r. 8 threads per row (ct = 0..255): rows ct / 8 and 32 + ct / 8; loads issued first.
+template <bool kBf16>
+__device__ __forceinline__ void S8QFromGlobal(unsigned char* sQ8, float* sQs, const Params& p, int b, int ct) {
+  const int part = ct & 7;
+  uint4 v[2][9];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = (ct >> 3) + 32 * h;
+#pragma unroll
+    for (int i = 0; i < 9; ++i)
+      v[h][i] = r < p.GH ? __ldg(reinterpret_cast<const uint4*>(QChunk(p, (long long)b * p.GH + r, part + 8 * i)))
+                         : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = (ct >> 3) + 32 * h;
+    Q8RowTerms<kBf16, kM8QRows, true, true>(sQ8, r, kM8Rows + r, sQs + r, nullptr, part, [&](int i) { return v[h][i]; });
+  }
+}
+
+// D[64 x 64] = A[64 x 32] * B[32 x 64], E4M3 from shared memory, no accumulation: D is an output only, so no
+// instruction zeroes it before (zeroing accumulators with ordinary instructions while another wgmma group is in flight
+// is one of ptxas's reasons to serialise, C7515).
+__device__ __forceinline__ void Wgmma_m64n64k32_e4m3_first(float (&d)[8][4], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1;\n"
+      "}\n"
+      : "=f"(d[0][0]), "=f"(d[0][1]), "=f"(d[0][2]), "=f"(d[0][3]), "=f"(d[1][0]), "=f"(d[1][1]), "=f"(d[1][2]), "=f"(d[1][3]), "=f"(d[2][0]), "=f"(d[2][1]), "=f"(d[2][2]), "=f"(d[2][3]), "=f"(d[3][0]), "=f"(d[3][1]), "=f"(d[3][2]), "=f"(d[3][3]), "=f"(d[4][0]), "=f"(d[4][1]), "=f"(d[4][2]), "=f"(d[4][3]), "=f"(d[5][0]), "=f"(d[5][1]), "=f"(d[5][2]), "=f"(d[5][3]), "=f"(d[6][0]), "=f"(d[6][1]), "=f"(d[6][2]), "=f"(d[6][3]), "=f"(d[7][0]), "=f"(d[7][1]), "=f"(d[7][2]), "=f"(d[7][3])
+      : "l"(da), "l"(db), "r"(0));
+}
+
+// S's wgmmas on block c of a raw tile at `base` (B: tokens) against E4M3 Q term `term` at q8a (A: query rows; 0 hi, 1 lo);
+// first: the tile's first step (overwrites s).
+__device__ __forceinline__ void S8Block(float (&s)[8][4], uint32_t base, uint32_t q8a, int c, int term, bool first = false) {
+  if (c < 4) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      if (first && kk == 0)
+        Wgmma_m64n64k32_e4m3_first(s, Desc(q8a + c * (kM8QRows * 128) + term * (kM8Rows * 128), 16, 1024),
+                                   Desc(base + c * (kTokTile * 128), 16, 1024));
+      else
+        Wgmma_m64n64k32_e4m3(s, Desc(q8a + c * (kM8QRows * 128) + term * (kM8Rows * 128) + kk * 32, 16, 1024),
+                             Desc(base + c * (kTokTile * 128) + kk * 32, 16, 1024));
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk)
+      Wgmma_m64n64k32_e4m3(s, Desc64(q8a + 4 * (kM8QRows * 128) + term * (kM8Rows * 64) + kk * 32),
+                           Desc64(base + 4 * (kTokTile * 128) + kk * 32));
+  }
+}
+
+// D[64 x 64] += A[64 x 32] * B[32 x 64], E4M3, A from registers (4 bytes of consecutive k per register).
+__device__ __forceinline__ void Wgmma_m64n64k32_e4m3_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+// Four tokens' 4-byte words (x[s] = dims 4 q4 .. 4 q4 + 3 of token s) -> four words y[e] = dim 4 q4 + e of tokens 0..3
+// (byte s = token s): a 4 x 4 byte transpose in 8 byte permutes.
+__device__ __forceinline__ void Transpose4x4(uint32_t (&y)[4], uint32_t x0, uint32_t x1, uint32_t x2, uint32_t x3) {
+  const uint32_t lo01 = Prmt(x0, x1, 0x5140u), hi01 = Prmt(x0, x1, 0x7362u);
+  const uint32_t lo23 = Prmt(x2, x3, 0x5140u), hi23 = Prmt(x2, x3, 0x7362u);
+  y[0] = Prmt(lo01, lo23, 0x5410u);
+  y[1] = Prmt(lo01, lo23, 0x7632u);
+  y[2] = Prmt(hi01, hi23, 0x5410u);
+  y[3] = Prmt(hi01, hi23, 0x7632u);
+}
+
+template <bool kBf16, bool kTma, int kVar = 0>
+__global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams qp, const __grid_constant__ Q8Maps maps) {
+  PlanThisPart(p, s);  // first: waits for the inputs (PDL); ptxas spilled more with anything live across it
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
+  unsigned char* ring = smem;                               // 1024-aligned tiles (36 KB each)
+  unsigned char* sQ8 = ring + kS8Bufs * kQ8TileBytes;       // [128 rows x 576 B] Q8Off layout: hi rows 0..63, lo 64..127
+  unsigned char* sP = sQ8 + kM8QBytes;                      // [tile % 4][64 rows x 128 B]
+  float* sM = reinterpret_cast<float*>(sP + kS8PBufs * kS8PBytes);  // [4][64] running max after the tile (log2 units)
+  float* sL = sM + kS8PBufs * kM8Rows;                      // [4][64] running sum after the tile (x 256)
+  float* sA = sL + kS8PBufs * kM8Rows;                      // [4][64] the tile's factor for the earlier tiles
+  float* sQs = sA + kS8PBufs * kM8Rows;                     // [64] 1 / s_r
+  int* sBq = reinterpret_cast<int*>(sQs + kM8Rows);         // [64] the segment's row bounds (0: padding)
+  S8Bars* bars = reinterpret_cast<S8Bars*>(sBq + kM8Rows);
+
+  if (threadIdx.x == 0) {
+    for (int b = 0; b < kS8Bufs; ++b) {
+      for (int c = 0; c < 5; ++c) MbarInit(&bars->full[b][c], 1);
+      MbarInit(&bars->empty[b], 256);
+    }
+    for (int i = 0; i < kS8PBufs; ++i) {
+      MbarInit(&bars->pfull[i], 128);
+      MbarInit(&bars->pempty[i], 256);
+    }
+  }
+  __syncthreads();
+
+  const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
+  const int2 range = PartRange(p, s);  // written by PlanThisPart
+
+  if (wg == 2) {
+    // ---------------- producer: raw KV tiles of every segment, in order (as mla_mid_q8) ----------------
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kS8ProdRegs));
+    const int pt = threadIdx.x - 256;
+    uint64_t pol = 0;
+    if constexpr ((kVar & 32) != 0) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+    if constexpr (kTma) {
+      if (pt == 0) {
+        PrefetchTensorMap(&maps.lat);
+        PrefetchTensorMap(&maps.rope);
+      }
+    }
+    int k = 0;
+    for (int si = range.x; si < range.y; ++si) {
+      const int4 seg = s.seg[SegRow(p) + si];
+      const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
+      if (n <= 0) continue;
+      Q8ProduceSegment<kS8Bufs, kTma, kVar>(ring, bars->full, bars->empty, maps, p, qp, b, blk0, n, SeqLen(p.bounds, b, p.G, p.cap),
+                                           k, pt, pol);
+    }
+    CpAsyncWaitAll();
+    return;
+  }
+
+  // ---------------- consumers: w owns the even (w = 0) / odd tiles' S and softmax, and latent dims 256 w .. (O^T) ----------------
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kS8ConsRegs));
+  const int w = wg, lane = threadIdx.x & 31, wi = (threadIdx.x >> 5) & 3, ct = threadIdx.x;
+  const int g = lane >> 2, c4 = lane & 3;
+  const int r0 = 16 * wi + g, r1 = r0 + 8;  // this thread's query rows of S (rows as M)
+  const uint32_t q8a = SmemAddr(sQ8), ring_a = SmemAddr(ring), p_a = SmemAddr(sP);
+  // V^T fragments: latent block 2 w + wi / 2, 16-byte unit 4 (wi & 1) + g / 2, half g & 1 of each token row (8 dims).
+  const int vunit = 4 * (wi & 1) + (g >> 1), vhalf = (g & 1) * 8;
+  const float out_mul = __frcp_rn(__ldg(qp.kv_scale)), sl2 = p.scale_log2 * out_mul;
+  int kbase = 0;
+  bool first_seg = true;
+  for (int si = range.x; si < range.y; ++si) {
+    const int4 seg = s.seg[SegRow(p) + si];
+    const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
+    if (n <= 0) {
+      if (w == 0 && wi == 0 && lane < 4) SmEmptyPartial(p, si, lane);
+      continue;
+    }
+    if constexpr ((kVar & 2) != 0) {  // probe: the producer alone (wait for each tile, release it)
+      for (int j = 0; j < n; ++j) {
+        const int kg = kbase + j, buf = kg % kS8Bufs, ph = (kg / kS8Bufs) & 1;
+        for (int c = 0; c < 5; ++c) MbarWait(&bars->full[buf][c], ph);
+        MbarArrive(&bars->empty[buf]);
+      }
+      kbase += n;
+      continue;
+    }
+    if (!first_seg) NamedBarSync(4, 256);  // both consumers' wgmmas of the previous segment (readers of sQ8) retired
+    first_seg = false;
+    S8QFromGlobal<kBf16>(sQ8, sQs, p, b, ct);
+    if (ct < kM8Rows) sBq[ct] = ct < p.GH ? min(max(p.bounds[b * p.G + ct / p.H], 0), p.cap) : 0;
+    FenceProxyAsync();     // E4M3 Q (generic stores) -> wgmma
+    NamedBarSync(4, 256);
+    float oacc[4][8][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int n8 = 0; n8 < 8; ++n8) oacc[i][n8][0] = oacc[i][n8][1] = oacc[i][n8][2] = oacc[i][n8][3] = 0.f;
+
+    // PV of tile kg (both consumers, in tile order): O^T *= the tile's factors, += V^T P^T. The caller has retired this
+    // consumer's earlier PV (O^T is not in flight).
+    auto pv = [&](int kg) {
+      const int buf = kg % kS8Bufs, ph = (kg / kS8Bufs) & 1, par = kg & (kS8PBufs - 1);
+      MbarWait(&bars->full[buf][2 * w], ph);  // (passed already by the owner; the other consumer reads the bytes too)
+      MbarWait(&bars->full[buf][2 * w + 1], ph);
+#pragma unroll
+      for (int n8 = 0; n8 < 8; ++n8) {
+        const float a0 = sA[par * kM8Rows + n8 * 8 + c4 * 2], a1 = sA[par * kM8Rows + n8 * 8 + c4 * 2 + 1];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) oacc[i][n8][0] *= a0, oacc[i][n8][1] *= a1, oacc[i][n8][2] *= a0, oacc[i][n8][3] *= a1;
+      }
+      const unsigned char* vt = ring + buf * kQ8TileBytes + (2 * w + (wi >> 1)) * (kTokTile * 128);
+      uint32_t a[2][4][4];  // [k32 step][m-block][register]
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          uint2 x[4];
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int t = 32 * kk + 16 * hh + 4 * c4 + q;
+            x[q] = *reinterpret_cast<const uint2*>(vt + t * 128 + ((vunit ^ (t & 7)) << 4) + vhalf);
+          }
+          uint32_t y[4];
+          // dims 0..3 of the thread's 8 = (m-block 0, h 0), (0, 1), (1, 0), (1, 1); dims 4..7 the same for m-blocks 2, 3
+          const int slot0 = 2 * hh, slot1 = 2 * hh + 1;  // register 2 hh + h: row g (h 0) / g + 8 (h 1), k 16 hh + 4 c4 ..
+          Transpose4x4(y, x[0].x, x[1].x, x[2].x, x[3].x);
+          a[kk][0][slot0] = y[0]; a[kk][0][slot1] = y[1]; a[kk][1][slot0] = y[2]; a[kk][1][slot1] = y[3];
+          Transpose4x4(y, x[0].y, x[1].y, x[2].y, x[3].y);
+          a[kk][2][slot0] = y[0]; a[kk][2][slot1] = y[1]; a[kk][3][slot0] = y[2]; a[kk][3][slot1] = y[3];
+        }
+      MbarArrive(&bars->empty[buf]);  // this thread's reads of the tile are done
+      if constexpr ((kVar & 32768) != 0) {  // alternative register order: reg 1 = (row g, k + 16), reg 2 = (row g + 8, k)
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const uint32_t t1 = a[kk][i][1];
+            a[kk][i][1] = a[kk][i][2];
+            a[kk][i][2] = t1;
+          }
+      }
+      FenceAcc(oacc);
+      WgFence();
+      const uint32_t pta = p_a + par * kS8PBytes;
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) Wgmma_m64n64k32_e4m3_rs(oacc[i], a[kk][i], Desc(pta + 32 * kk, 16, 1024));
+      WgCommit();
+    };
+
+    // Softmax of the owner's tile kg (S in sacc, retired): rows r0 / r1, log2 units; continues tile kg - 1's max / sum
+    // (first: the segment's first tile); writes P^T, sM / sL / sA of kg and arrives on pfull.
+    auto softmax = [&](float (&sacc)[8][4], int kg, int t0, bool first) {
+      const int par = kg & (kS8PBufs - 1), pp = (kg - 1) & (kS8PBufs - 1);
+      const float f0 = sl2 * sQs[r0], f1 = sl2 * sQs[r1];
+      const int b0 = sBq[r0], b1 = sBq[r1];
+      float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+      for (int n8 = 0; n8 < 8; ++n8)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int t = t0 + 8 * n8 + 2 * c4 + e;
+          sacc[n8][e] = t < b0 ? sacc[n8][e] * f0 : -INFINITY;
+          sacc[n8][2 + e] = t < b1 ? sacc[n8][2 + e] * f1 : -INFINITY;
+          mx0 = fmaxf(mx0, sacc[n8][e]);
+          mx1 = fmaxf(mx1, sacc[n8][2 + e]);
+        }
+#pragma unroll
+      for (int off = 1; off <= 2; off <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+      }
+      const float mp0 = first ? -INFINITY : sM[pp * kM8Rows + r0], mp1 = first ? -INFINITY : sM[pp * kM8Rows + r1];
+      const float lp0 = first ? 0.f : sL[pp * kM8Rows + r0], lp1 = first ? 0.f : sL[pp * kM8Rows + r1];
+      const float mn0 = fmaxf(mp0, mx0), mn1 = fmaxf(mp1, mx1);
+      const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
+      const float al0 = exp2f(mp0 - mu0), al1 = exp2f(mp1 - mu1);
+      const float mq0 = mu0 - 8.f, mq1 = mu1 - 8.f;  // P x 256 (E4M3's normal range covers 2^-6 .. 448)
+      if (kg >= kS8PBufs) MbarWait(&bars->pempty[par], ((kg / kS8PBufs) - 1) & 1);  // both consumers' PV of tile kg - 4 retired
+      unsigned char* pt = sP + par * kS8PBytes;
+      float sum0 = 0.f, sum1 = 0.f;
+      auto put = [&](int q, int t, float x0, float x1, float mq) -> float {
+        const float pa = exp2f(x0 - mq), pb = exp2f(x1 - mq);
+        const uint32_t hi = F32x2ToE4m3(pa, pb);
+        const uint32_t hh2 = Fp8x2ToT<false>(hi);
+        const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&hh2));
+        *reinterpret_cast<uint16_t*>(pt + S8PtOff(q, t)) = (uint16_t)hi;
+        return h.x + h.y;  // the quantized weights: o stays a convex combination of the V rows
+      };
+#pragma unroll
+      for (int n8 = 0; n8 < 8; ++n8) {
+        const int t = 8 * n8 + 2 * c4;
+        sum0 += put(r0, t, sacc[n8][0], sacc[n8][1], mq0);
+        sum1 += put(r1, t, sacc[n8][2], sacc[n8][3], mq1);
+      }
+#pragma unroll
+      for (int off = 1; off <= 2; off <<= 1) {
+        sum0 += __shfl_xor_sync(0xffffffffu, sum0, off);
+        sum1 += __shfl_xor_sync(0xffffffffu, sum1, off);
+      }
+      if (c4 == 0) {
+        sM[par * kM8Rows + r0] = mn0, sL[par * kM8Rows + r0] = lp0 * al0 + sum0, sA[par * kM8Rows + r0] = al0;
+        sM[par * kM8Rows + r1] = mn1, sL[par * kM8Rows + r1] = lp1 * al1 + sum1, sA[par * kM8Rows + r1] = al1;
+      }
+      FenceProxyAsync();  // P^T stores -> both consumers' wgmmas
+      MbarArrive(&bars->pfull[par]);
+    };
+
+    // Consumer w, step j: S of its own tile j (kOwn), issued behind this consumer's PV of tile j - 2; its softmax as
+    // soon as tile j - 1's owner published its max and sum (kOth: tile j - 1 is the other consumer's); then the PVs of
+    // tiles j - 1 and j. The softmaxes chain across the consumers (each continues the other's running max). Compile-time
+    // flags, not branches around wgmmas: ptxas serialises wgmmas whose accumulators meet at a control-flow merge
+    // (mla_decode_seesaw.cuh). Accumulators are touched only after a wait_group 0: with a wait_group 1 spanning steps
+    // ptxas serialised every wgmma of the kernel (C7514), and with an S issued in one step and consumed in the next (its
+    // accumulators in flight across the loop) it serialised too (C7515).
+    auto step = [&](int j, auto own_tag, auto oth_tag) {
+      constexpr bool kOwn = decltype(own_tag)::value, kOth = decltype(oth_tag)::value;
+      const int kg = kbase + j;
+      float sacc[8][4];
+      if constexpr (kOwn) {
+        const int buf = kg % kS8Bufs, ph = (kg / kS8Bufs) & 1;
+        const uint32_t base = ring_a + buf * kQ8TileBytes;
+        // The lo term first: the fp8 tensor cores keep ~14 bits of each step's largest magnitude, so the lo products,
+        // ~2^-4 of the hi ones, accumulate at their own scale and the chain's error is the 18 hi steps' (as mla_mid_q8's
+        // separate hi / lo columns); interleaving the terms doubled the lse error on full-range codes (5.4e-2 vs 2.9e-2).
+#pragma unroll
+        for (int c = 0; c < 5; ++c) {
+          MbarWait(&bars->full[buf][c], ph);
+          FenceProxyAsync();  // cp.async-filled tiles (generic writes) -> wgmma reads
+          WgFence();
+          S8Block(sacc, base, q8a, c, 1, c == 0);  // (the first step overwrites sacc)
+        }
+#pragma unroll
+        for (int c = 0; c < 5; ++c) S8Block(sacc, base, q8a, c, 0);
+        WgCommit();
+      }
+      if constexpr (kOth) MbarWait(&bars->pfull[(kg - 1) & (kS8PBufs - 1)], ((kg - 1) / kS8PBufs) & 1);  // tile j - 1's P, max, sum
+      WgWait0();  // S of tile j and this consumer's PV of tile j - 2
+      FenceAcc(oacc);
+      if (j >= 2) MbarArrive(&bars->pempty[(kg - 2) & (kS8PBufs - 1)]);
+      if constexpr (kOwn) {
+        FenceRegs(sacc);
+        softmax(sacc, kg, (blk0 + j) * kTokTile, j == 0);
+      }
+      if constexpr (kOth) {
+        pv(kg - 1);
+        if constexpr (kOwn) {
+          WgWait0();  // O^T is rescaled for tile j next
+          FenceAcc(oacc);
+          MbarArrive(&bars->pempty[(kg - 1) & (kS8PBufs - 1)]);
+        }
+      }
+      if constexpr (kOwn) {
+        MbarWait(&bars->pfull[kg & (kS8PBufs - 1)], (kg / kS8PBufs) & 1);  // all of this consumer's warps wrote P^T
+        pv(kg);
+      }
+    };
+    int j = w;
+    if (w == 0) {  // tile 0: no predecessor
+      step(0, std::true_type{}, std::false_type{});
+      j = 2;
+    }
+    for (; j < n; j += 2) step(j, std::true_type{}, std::true_type{});
+    if (j == n) step(n, std::false_type{}, std::true_type{});  // the segment's last tile is the other consumer's
+    // Segment end: every row's L and max from the last tile's owner; o for this consumer's dims.
+    WgWait0();
+    FenceAcc(oacc);
+    const int kl = kbase + n - 1, lp = kl & (kS8PBufs - 1);  // both consumers waited on pfull of tile kl for their PV
+    if (w == 0 && wi == 0 && g == 0)
+#pragma unroll
+      for (int n8 = 0; n8 < 8; ++n8)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int q = n8 * 8 + c4 * 2 + e;
+          const float L = sL[lp * kM8Rows + q];
+          if (q < p.GH) p.lse_part[(long long)si * p.GH + q] = L > 0.f ? (sM[lp * kM8Rows + q] + __log2f(L) - 8.f) * kLn2 : -INFINITY;
+        }
+#pragma unroll
+    for (int n8 = 0; n8 < 8; ++n8)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int q = n8 * 8 + c4 * 2 + e;
+        if (q >= p.GH) continue;
+        const float L = sL[lp * kM8Rows + q], inv = L > 0.f ? out_mul / L : 0.f;
+        uint16_t* o = p.o_part + ((long long)si * p.GH + q) * kDl + 256 * w + 64 * wi + 8 * g;
+        StPart4<kBf16>(o, oacc[0][n8][e] * inv, oacc[0][n8][2 + e] * inv, oacc[1][n8][e] * inv, oacc[1][n8][2 + e] * inv);
+        StPart4<kBf16>(o + 4, oacc[2][n8][e] * inv, oacc[2][n8][2 + e] * inv, oacc[3][n8][e] * inv, oacc[3][n8][2 + e] * inv);
+      }
+    MbarArrive(&bars->pempty[lp]);  // this consumer's PV of tile kl retired and its sM / sL read
+    kbase += n;
+  }
+}
+
+}  // namespace
+}  // namespace helix_ffi
