@@ -14,7 +14,8 @@
 //   the owner's row softmax (quad shuffles only) continues the running max / sum that the previous tile's owner left in
 //       shared memory (sM / sL: a chain across the consumers, as FlashMLA's sequential softmax), writes P^T and the
 //       tile's rescale factor, and arrives on pfull;
-//   both consumers: O^T[256 latent dims, 64 rows] *= the factors, += V^T P^T on E4M3 tensor cores: A = V^T from registers
+//   both consumers: O^T[256 latent dims, 64 rows] *= the factors (skipped when every factor is 1: no row's max moved;
+//       math alone -7 % at B=64), += V^T P^T on E4M3 tensor cores: A = V^T from registers
 //       (the whole tile: 2 k32 steps x 4 m-blocks = 32 registers, byte-transposed from 8-byte token reads, one commit
 //       group) and B = P^T from shared memory; O^T's M rows permuted as mla_mid_q8's (a thread's 8 bytes per token cover
 //       its rows of 4 m-blocks).
@@ -233,11 +234,22 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
       const int buf = kg % kS8Bufs, ph = (kg / kS8Bufs) & 1, par = kg & (kS8PBufs - 1);
       MbarWait(&bars->full[buf][2 * w], ph);  // (passed already by the owner; the other consumer reads the bytes too)
       MbarWait(&bars->full[buf][2 * w + 1], ph);
+      // The rescale is skipped when no row's max moved in this tile (every factor exactly 1: exp2f(0)); the 64 factors
+      // are the same for every warp of the consumer, so the branch is uniform.
+      float al[8][2];
+      bool one = true;
 #pragma unroll
       for (int n8 = 0; n8 < 8; ++n8) {
-        const float a0 = sA[par * kM8Rows + n8 * 8 + c4 * 2], a1 = sA[par * kM8Rows + n8 * 8 + c4 * 2 + 1];
+        al[n8][0] = sA[par * kM8Rows + n8 * 8 + c4 * 2];
+        al[n8][1] = sA[par * kM8Rows + n8 * 8 + c4 * 2 + 1];
+        one = one && al[n8][0] == 1.f && al[n8][1] == 1.f;
+      }
+      if (!__all_sync(0xffffffffu, one)) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) oacc[i][n8][0] *= a0, oacc[i][n8][1] *= a1, oacc[i][n8][2] *= a0, oacc[i][n8][3] *= a1;
+        for (int n8 = 0; n8 < 8; ++n8)
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            oacc[i][n8][0] *= al[n8][0], oacc[i][n8][1] *= al[n8][1], oacc[i][n8][2] *= al[n8][0], oacc[i][n8][3] *= al[n8][1];
       }
       const unsigned char* vt = ring + buf * kQ8TileBytes + (2 * w + (wi >> 1)) * (kTokTile * 128);
       uint32_t a[2][4][4];  // [k32 step][m-block][register]
