@@ -285,68 +285,52 @@ def test_gpu_r2_examples(fmt, implementation, H, rng):
         assert np.all(gap[differ] > 1e-2) and np.all(gap[~differ] == 0)
 
 
-@pytest.mark.gpu
-def test_gpu_fp8_s_f32_accumulation():
-    """HELIX_MLA_DECODE_FP8_S=f32 (mla_small_q8 and mla_mid_q8 with S promoted to f32 per 128-feature block; read
-    once per process: a subprocess) passes every fp8 FFI GPU format case."""
+def _formats_subprocess(env_update, select, *, stop_first=False):
+    """Runs this file's GPU tests selected by ``-k select`` in a subprocess with ``env_update`` in its environment (the
+    CUDA handler reads its HELIX_MLA_DECODE_* variables once per process); returns (returncode, stdout, stderr)."""
     import os
     import pathlib
     import subprocess
     import sys
     here = pathlib.Path(__file__).resolve().parent
-    env = dict(os.environ, HELIX_MLA_DECODE_FP8_S="f32")
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", str(here / "test_mla_decode_formats.py"),
-                          "-k", "test_gpu_formats and fp8_e4m3 and ffi"],
-                         env=env, capture_output=True, text=True, timeout=900, cwd=here.parent)
-    assert res.returncode == 0 and " passed" in res.stdout, res.stdout[-4000:] + res.stderr[-4000:]
+    cmd = [sys.executable, "-m", "pytest", "-q"] + (["-x"] if stop_first else []) + [
+        "-m", "gpu", str(here / "test_mla_decode_formats.py"), "-k", select]
+    res = subprocess.run(cmd, env=dict(os.environ, **env_update), capture_output=True, text=True, timeout=900,
+                         cwd=here.parent)
+    return res.returncode, res.stdout, res.stderr
+
+
+@pytest.mark.gpu
+def test_gpu_fp8_s_f32_accumulation():
+    """HELIX_MLA_DECODE_FP8_S=f32 (mla_small_q8 and mla_mid_q8 with S promoted to f32 per 128-feature block) passes every
+    fp8 FFI GPU format case."""
+    rc, out, err = _formats_subprocess({"HELIX_MLA_DECODE_FP8_S": "f32"}, "test_gpu_formats and fp8_e4m3 and ffi")
+    assert rc == 0 and " passed" in out, out[-4000:] + err[-4000:]
 
 
 @pytest.mark.gpu
 def test_gpu_bad_fp8_s_env_names_the_variable():
     """A bad HELIX_MLA_DECODE_FP8_S value is an error naming the variable and its values, not a silent default."""
-    import os
-    import pathlib
-    import subprocess
-    import sys
-    here = pathlib.Path(__file__).resolve().parent
-    env = dict(os.environ, HELIX_MLA_DECODE_FP8_S="bf16")
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-m", "gpu", str(here / "test_mla_decode_formats.py"),
-                          "-k", "test_gpu_formats and fp8_e4m3 and ffi"],
-                         env=env, capture_output=True, text=True, timeout=900, cwd=here.parent)
-    out = res.stdout + res.stderr
-    assert res.returncode != 0, out[-4000:]
-    assert "HELIX_MLA_DECODE_FP8_S must be fast or f32" in out, out[-4000:]
+    rc, out, err = _formats_subprocess({"HELIX_MLA_DECODE_FP8_S": "bf16"}, "test_gpu_formats and fp8_e4m3 and ffi",
+                                       stop_first=True)
+    assert rc != 0, (out + err)[-4000:]
+    assert "HELIX_MLA_DECODE_FP8_S must be fast or f32" in out + err, (out + err)[-4000:]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", ["seesaw", "lockstep"])
 def test_gpu_fp8_mid_kernel_variants(variant):
-    """HELIX_MLA_DECODE_MID8 (fp8 pages at 16 < G*H <= 64: mla_mid_q8s or mla_mid_q8;
-    read once per process: a subprocess) passes every fp8 FFI GPU format case and the R2 examples."""
-    import os
-    import pathlib
-    import subprocess
-    import sys
-    here = pathlib.Path(__file__).resolve().parent
-    env = dict(os.environ, HELIX_MLA_DECODE_MID8=variant)
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", str(here / "test_mla_decode_formats.py"),
-                          "-k", "(test_gpu_formats or test_gpu_r2_examples) and fp8_e4m3 and ffi"],
-                         env=env, capture_output=True, text=True, timeout=900, cwd=here.parent)
-    assert res.returncode == 0 and " passed" in res.stdout, res.stdout[-4000:] + res.stderr[-4000:]
+    """HELIX_MLA_DECODE_MID8 (fp8 pages at 16 < G*H <= 64: mla_mid_q8s or mla_mid_q8) passes every fp8 FFI GPU format
+    case and the R2 examples."""
+    rc, out, err = _formats_subprocess({"HELIX_MLA_DECODE_MID8": variant},
+                                       "(test_gpu_formats or test_gpu_r2_examples) and fp8_e4m3 and ffi")
+    assert rc == 0 and " passed" in out, out[-4000:] + err[-4000:]
 
 
 @pytest.mark.gpu
 def test_gpu_bad_mid8_env_names_the_variable():
     """A bad HELIX_MLA_DECODE_MID8 value is an error naming the variable and its values, not a silent default."""
-    import os
-    import pathlib
-    import subprocess
-    import sys
-    here = pathlib.Path(__file__).resolve().parent
-    env = dict(os.environ, HELIX_MLA_DECODE_MID8="fast")
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-m", "gpu", str(here / "test_mla_decode_formats.py"),
-                          "-k", "test_gpu_formats and fp8_e4m3 and ffi"],
-                         env=env, capture_output=True, text=True, timeout=900, cwd=here.parent)
-    out = res.stdout + res.stderr
-    assert res.returncode != 0, out[-4000:]
-    assert "HELIX_MLA_DECODE_MID8 must be auto, seesaw or lockstep" in out, out[-4000:]
+    rc, out, err = _formats_subprocess({"HELIX_MLA_DECODE_MID8": "fast"}, "test_gpu_formats and fp8_e4m3 and ffi",
+                                       stop_first=True)
+    assert rc != 0, (out + err)[-4000:]
+    assert "HELIX_MLA_DECODE_MID8 must be auto, seesaw or lockstep" in out + err, (out + err)[-4000:]

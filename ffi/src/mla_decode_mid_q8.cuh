@@ -71,6 +71,31 @@ __device__ __forceinline__ void M8QFromGlobal(unsigned char* sQ8, float* sQs, co
   }
 }
 
+// The producer warpgroup of mla_mid_q8 / mla_mid_q8s (threads 256..383): gives registers back (kRegs), then the raw KV
+// tiles of every segment of the CTA's range into a ring of kBufs tiles, in order (kVar bit 5: L2 evict-first TMA loads).
+template <int kBufs, bool kTma, int kVar, int kRegs>
+__device__ __forceinline__ void M8Producer(unsigned char* ring, uint64_t (*full)[5], uint64_t* empty, const Q8Maps& maps,
+                                           const Params& p, const Sched& s, const QParams& qp, int2 range) {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+  const int pt = threadIdx.x - 256;
+  uint64_t pol = 0;
+  if constexpr ((kVar & 32) != 0) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+  if constexpr (kTma) {
+    if (pt == 0) {
+      PrefetchTensorMap(&maps.lat);
+      PrefetchTensorMap(&maps.rope);
+    }
+  }
+  int k = 0;
+  for (int si = range.x; si < range.y; ++si) {
+    const int4 seg = s.seg[SegRow(p) + si];
+    const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
+    if (n <= 0) continue;
+    Q8ProduceSegment<kBufs, kTma, kVar>(ring, full, empty, maps, p, qp, b, blk0, n, SeqLen(p.bounds, b, p.G, p.cap), k, pt, pol);
+  }
+  CpAsyncWaitAll();
+}
+
 // kVar: bit 5: TMA loads with an L2 evict-first hint; bit 9: S promoted to f32 per 128-feature block
 // (HELIX_MLA_DECODE_FP8_S=f32; see mla_small_q8). Probes of the standalone driver (not correct kernels): bit 0: the producer
 // issues no loads (the consumers' math alone); bit 1: the consumers wait for each tile and release it (the producer
@@ -101,27 +126,8 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8(Params p, Sched s, QParams 
   const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
   const int2 range = PartRange(p, s);  // written by PlanThisPart
 
-  if (wg == 2) {
-    // ---------------- producer: raw KV tiles of every segment, in order ----------------
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kM8ProdRegs));
-    const int pt = threadIdx.x - 256;
-    uint64_t pol = 0;
-    if constexpr ((kVar & 32) != 0) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
-    if constexpr (kTma) {
-      if (pt == 0) {
-        PrefetchTensorMap(&maps.lat);
-        PrefetchTensorMap(&maps.rope);
-      }
-    }
-    int k = 0;
-    for (int si = range.x; si < range.y; ++si) {
-      const int4 seg = s.seg[SegRow(p) + si];
-      const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
-      if (n <= 0) continue;
-      Q8ProduceSegment<kM8Bufs, kTma, kVar>(ring, bars->full, bars->empty, maps, p, qp, b, blk0, n, SeqLen(p.bounds, b, p.G, p.cap),
-                                           k, pt, pol);
-    }
-    CpAsyncWaitAll();
+  if (wg == 2) {  // producer: raw KV tiles of every segment, in order
+    M8Producer<kM8Bufs, kTma, kVar, kM8ProdRegs>(ring, bars->full, bars->empty, maps, p, s, qp, range);
     return;
   }
 

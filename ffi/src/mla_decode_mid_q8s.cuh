@@ -165,27 +165,8 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
   const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
   const int2 range = PartRange(p, s);  // written by PlanThisPart
 
-  if (wg == 2) {
-    // ---------------- producer: raw KV tiles of every segment, in order (as mla_mid_q8) ----------------
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kS8ProdRegs));
-    const int pt = threadIdx.x - 256;
-    uint64_t pol = 0;
-    if constexpr ((kVar & 32) != 0) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
-    if constexpr (kTma) {
-      if (pt == 0) {
-        PrefetchTensorMap(&maps.lat);
-        PrefetchTensorMap(&maps.rope);
-      }
-    }
-    int k = 0;
-    for (int si = range.x; si < range.y; ++si) {
-      const int4 seg = s.seg[SegRow(p) + si];
-      const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
-      if (n <= 0) continue;
-      Q8ProduceSegment<kS8Bufs, kTma, kVar>(ring, bars->full, bars->empty, maps, p, qp, b, blk0, n, SeqLen(p.bounds, b, p.G, p.cap),
-                                           k, pt, pol);
-    }
-    CpAsyncWaitAll();
+  if (wg == 2) {  // producer: raw KV tiles of every segment, in order (as mla_mid_q8)
+    M8Producer<kS8Bufs, kTma, kVar, kS8ProdRegs>(ring, bars->full, bars->empty, maps, p, s, qp, range);
     return;
   }
 
