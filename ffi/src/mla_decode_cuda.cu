@@ -628,7 +628,7 @@ __device__ __forceinline__ void Wgmma_m64n32k32_e4m3(float (&d)[4][4], uint64_t 
       : "l"(da), "l"(db), "r"(1));
 }
 
-// The same with N = 64 (mla_mid_q8: 32 query rows as two E4M3 terms).
+// The same with N = 64 (mla_mid_q8: 32 query rows as two E4M3 terms; mla_mid_q8s: 64 tokens of a tile as N).
 __device__ __forceinline__ void Wgmma_m64n64k32_e4m3(float (&d)[8][4], uint64_t da, uint64_t db) {
   asm volatile(
       "{\n"
@@ -1171,8 +1171,8 @@ inline int EnvChoice(const char* var, std::initializer_list<EnvName> names) {
 // once (kSmallQ8 stands for "the raw-tile kernel of the page format"):
 //   auto (default): where G*H <= 16, fp8 pages run mla_small_q8 (raw E4M3 tiles into the tensor cores, Q as two
 //     E4M3 terms; B=64, H=16, G=1, L=64K on the H200: 1.8x the bf16 kernel) and nvfp4 pages mla_small_q4 (raw
-//     E2M1 tiles, both products' A operands decoded in registers); where 16 < G*H <= 64, fp8 pages run mla_mid_q8 (both
-//     consumers on every raw tile, split by query rows for S and by latent dims for PV); else pipe;
+//     E2M1 tiles, both products' A operands decoded in registers); where 16 < G*H <= 64, fp8 pages run mla_mid_q8s
+//     (consumers alternating raw tiles, PV on E4M3 tensor cores) or mla_mid_q8 (HELIX_MLA_DECODE_MID8); else pipe;
 //   small8, small4: same as auto;
 //   small: the producer-dequantizing small-G*H kernel for both formats where G*H <= 16, else pipe;
 //   tile: all threads dequantize the whole staged tile, barrier, then S (simple, one more barrier);
@@ -1429,7 +1429,7 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
     if ((err = LaunchKernel(mla_small_gh<kBf16, kFmt, kNc, kNp, kV>, grid, dim3(128 * (kNc + kNp)), kSmSmemBytes, stream,
                             nullptr, p, s, qp)) != cudaSuccess) return err;
   } else if constexpr (kMode == kSmallQ8 || kMode == kSmallQ4 || kMode == kMidQ8) {
-    // The raw-tile kernels: mla_small_q8 and mla_mid_q8 (fp8 pages), mla_small_q4 (nvfp4 pages). TMA where a tile is 64
+    // The raw-tile kernels: mla_small_q8 and mla_mid_q8 / mla_mid_q8s (kVar bit 14; fp8 pages), mla_small_q4 (nvfp4 pages). TMA where a tile is 64
     // consecutive pool rows (P % 64 == 0; kVar bit 7 forces cp.async), else cp.async.
     constexpr bool kQ8 = kMode != kSmallQ4;
     static_assert(kFmt == (kQ8 ? kFmtFp8 : kFmtNvfp4), "mla_small_q8 / mla_mid_q8 read fp8 pages, mla_small_q4 nvfp4 pages");
@@ -1537,7 +1537,7 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
       else HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ8, kFmt>(p, s, num_parts, mtiles, stream, qp)));
     }
     if constexpr (kFmt == kFmtNvfp4) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ4, kFmt>(p, s, num_parts, mtiles, stream, qp)));
-  } else if (kFmt == kFmtFp8 && mode == kSmallQ8 && p.GH <= kM8Rows) {  // fp8, 16 < G*H <= 64: mla_mid_q8
+  } else if (kFmt == kFmtFp8 && mode == kSmallQ8 && p.GH <= kM8Rows) {  // fp8, 16 < G*H <= 64: mla_mid_q8s / mla_mid_q8
     if constexpr (kFmt == kFmtFp8) {
       const int mid = Mid8FromEnv();
       if (Fp8SFromEnv() == 1) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 512>(p, s, num_parts, mtiles, stream, qp)));
