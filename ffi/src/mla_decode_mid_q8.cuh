@@ -50,9 +50,10 @@ static_assert(kM8SmemBytes <= 227 * 1024, "mla_mid_q8 exceeds the opt-in shared 
 __device__ __forceinline__ int M8PtOff(int q, int t) { return q * kTokTile + ((((t >> 3) ^ (q & 7))) << 3) + (t & 7); }
 
 // The segment's Q (sequence b, rows >= G*H zero) -> sQ8 / sQs by the 256 consumer threads (ct = 0..255): 8 threads per
-// row, rows ct / 8 and 32 + ct / 8. Query row r goes to Q8 rows 64 (r / 32) + r % 32 (hi) and + 32 (lo); sQs[r] = 1 / s_hi,
-// sQs[64 + r] = 1 / (s_hi s_lo). Both rows' 18 chunk loads are issued before any arithmetic (one L2 round trip).
-template <bool kBf16>
+// row, rows ct / 8 and 32 + ct / 8. Both rows' 18 chunk loads are issued before any arithmetic (one L2 round trip).
+// mla_mid_q8 (kOneScale false): query row r goes to Q8 rows 64 (r / 32) + r % 32 (hi) and + 32 (lo); sQs[r] = 1 / s_hi,
+// sQs[64 + r] = 1 / (s_hi s_lo). mla_mid_q8s (kOneScale true): hi row r, lo row 64 + r, one scale: sQs[r] = 1 / s_r.
+template <bool kBf16, bool kOneScale = false>
 __device__ __forceinline__ void M8QFromGlobal(unsigned char* sQ8, float* sQs, const Params& p, int b, int ct) {
   const int part = ct & 7;
   uint4 v[2][9];
@@ -66,8 +67,13 @@ __device__ __forceinline__ void M8QFromGlobal(unsigned char* sQ8, float* sQs, co
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int r = (ct >> 3) + 32 * h, hi = 64 * h + (ct >> 3);  // r / 32 = h, r % 32 = ct / 8
-    Q8RowTerms<kBf16, kM8QRows, true>(sQ8, hi, hi + 32, sQs + r, sQs + kM8Rows + r, part, [&](int i) { return v[h][i]; });
+    const int r = (ct >> 3) + 32 * h;
+    if constexpr (kOneScale) {
+      Q8RowTerms<kBf16, kM8QRows, true, true>(sQ8, r, kM8Rows + r, sQs + r, nullptr, part, [&](int i) { return v[h][i]; });
+    } else {
+      const int hi = 64 * h + (ct >> 3);  // r / 32 = h, r % 32 = ct / 8
+      Q8RowTerms<kBf16, kM8QRows, true>(sQ8, hi, hi + 32, sQs + r, sQs + kM8Rows + r, part, [&](int i) { return v[h][i]; });
+    }
   }
 }
 

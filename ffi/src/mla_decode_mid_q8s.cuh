@@ -1,6 +1,6 @@
 // FP8 pages, 16 < G*H <= 64 query rows: mla_mid_q8s, the seesaw form of mla_mid_q8 (HELIX_MLA_DECODE_MID8=auto|seesaw,
 // the default; lockstep keeps mla_mid_q8). Included by mla_decode_cuda.cu after mla_decode_mid_q8.cuh (reuses its
-// constants, the raw-tile layout, the producer loop and the V^T register mapping).
+// constants, the raw-tile layout, the Q loader, the producer loop and the V^T register mapping).
 //
 // Why: mla_mid_q8's two consumers take every tile in lockstep (S of their query rows, a 256-thread barrier, PV of their
 // latent dims), so the tensor pipe idles through each tile's softmax, exchange and barriers (~3000 of its ~5000 cycles
@@ -56,27 +56,6 @@ static_assert(kS8SmemBytes <= 227 * 1024, "mla_mid_q8s exceeds the opt-in shared
 // Byte offset of (query row q, token t) in a P^T buffer (B operand of PV: K-major, 128-byte swizzle; a k32 step reads 32
 // bytes of each row).
 __device__ __forceinline__ int S8PtOff(int q, int t) { return q * 128 + (((t >> 4) ^ (q & 7)) << 4) + (t & 15); }
-
-// The segment's Q (sequence b, rows >= G*H zero) -> E4M3 hi rows 0..63 and lo rows 64..127 of a 128-row Q8Off tile, one
-// row scale: sQs[r] = 1 / s_r. 8 threads per row (ct = 0..255): rows ct / 8 and 32 + ct / 8; loads issued first.
-template <bool kBf16>
-__device__ __forceinline__ void S8QFromGlobal(unsigned char* sQ8, float* sQs, const Params& p, int b, int ct) {
-  const int part = ct & 7;
-  uint4 v[2][9];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = (ct >> 3) + 32 * h;
-#pragma unroll
-    for (int i = 0; i < 9; ++i)
-      v[h][i] = r < p.GH ? __ldg(reinterpret_cast<const uint4*>(QChunk(p, (long long)b * p.GH + r, part + 8 * i)))
-                         : make_uint4(0, 0, 0, 0);
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = (ct >> 3) + 32 * h;
-    Q8RowTerms<kBf16, kM8QRows, true, true>(sQ8, r, kM8Rows + r, sQs + r, nullptr, part, [&](int i) { return v[h][i]; });
-  }
-}
 
 // D[64 x 64] = A[64 x 32] * B[32 x 64], E4M3 from shared memory, no accumulation: D is an output only, so no
 // instruction zeroes it before (zeroing accumulators with ordinary instructions while another wgmma group is in flight
@@ -199,7 +178,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
     }
     if (!first_seg) NamedBarSync(4, 256);  // both consumers' wgmmas of the previous segment (readers of sQ8) retired
     first_seg = false;
-    S8QFromGlobal<kBf16>(sQ8, sQs, p, b, ct);
+    M8QFromGlobal<kBf16, true>(sQ8, sQs, p, b, ct);  // hi rows 0..63, lo 64..127, one scale
     if (ct < kM8Rows) sBq[ct] = ct < p.GH ? min(max(p.bounds[b * p.G + ct / p.H], 0), p.cap) : 0;
     FenceProxyAsync();     // E4M3 Q (generic stores) -> wgmma
     NamedBarSync(4, 256);
