@@ -389,6 +389,14 @@ int main(int argc, char** argv) {
   const bool load = argc > 1 && std::strcmp(argv[1], "load") == 0;      // checks + seesaw load-path timings only
   const float scale = 0.0721f;
   struct CaseDef { int B, G, H, P; std::vector<int> lens; };
+  // The fp8 16 < G*H <= 64 check cases of the "m8" (mla_mid_q8) and "s8" (mla_mid_q8s) modes.
+  const std::vector<CaseDef> mid_cases = {
+        {4, 4, 16, 64, {1000, 0, 77, 130}},
+        {5, 2, 12, 16, {1, 64, 3000, 129, 191}},      // G*H = 24; 16-token pages: cp.async tiles
+        {3, 5, 8, 128, {4097, 65, 2}},                // G*H = 40; TMA inside 128-token pages
+        {2, 1, 17, 32, {700, 33}},                    // G*H = 17
+        {16, 4, 16, 64, std::vector<int>(16, 8192)},  // ~15 tiles per CTA: the ring wraps
+    };
   if (argc > 1 && std::strcmp(argv[1], "comb") == 0) {  // the two combine kernels alone, per shape (L=64K, P=64)
     struct S { int B, G, H; };
     for (S sh : {S{1, 1, 128}, S{1, 4, 64}, S{1, 4, 16}, S{1, 1, 16}, S{4, 1, 128}, S{4, 4, 16}, S{8, 1, 16}, S{8, 1, 128},
@@ -605,16 +613,9 @@ int main(int argc, char** argv) {
     // cp.async tiles (| 128), the alternative A-register order (| 32768: must FAIL when the default passes; a check of
     // the fragment layout). Then timings at H=16, G=4 against the bf16 seesaw and mla_mid_q8. "s8 999": checks only.
     const bool checks_only = argc > 2 && std::atoi(argv[2]) == 999;
-    const std::vector<CaseDef> s8_cases = {
-        {4, 4, 16, 64, {1000, 0, 77, 130}},
-        {5, 2, 12, 16, {1, 64, 3000, 129, 191}},      // G*H = 24; 16-token pages: cp.async tiles
-        {3, 5, 8, 128, {4097, 65, 2}},                // G*H = 40; TMA inside 128-token pages
-        {2, 1, 17, 32, {700, 33}},                    // G*H = 17
-        {16, 4, 16, 64, std::vector<int>(16, 8192)},  // ~15 tiles per CTA: the ring wraps
-    };
     bool all = true, alt_any = false;
-    for (size_t ci = 0; ci < s8_cases.size(); ++ci) {
-      const CaseDef& cd = s8_cases[ci];
+    for (size_t ci = 0; ci < mid_cases.size(); ++ci) {
+      const CaseDef& cd = mid_cases[ci];
       Case c = MakeCase(cd.B, cd.G, cd.H, cd.P, cd.lens, 61 + (unsigned)ci);
       QHost qh = MakeQuant(c, kFmtFp8, 63 + (unsigned)ci);
       Dev d = Upload(c, scale);
@@ -663,16 +664,9 @@ int main(int argc, char** argv) {
     // reference of the two-term E4M3 queries, then timings at H=16, G=4 against the bf16 seesaw (TMA evict-first, the
     // auto path of one row tile) and the producer-dequantizing fp8 pipe kernel it replaces. "m8 999": checks only.
     const bool checks_only = argc > 2 && std::atoi(argv[2]) == 999;
-    const std::vector<CaseDef> m8_cases = {
-        {4, 4, 16, 64, {1000, 0, 77, 130}},
-        {5, 2, 12, 16, {1, 64, 3000, 129, 191}},      // G*H = 24; 16-token pages: cp.async tiles
-        {3, 5, 8, 128, {4097, 65, 2}},                // G*H = 40; TMA inside 128-token pages
-        {2, 1, 17, 32, {700, 33}},                    // G*H = 17
-        {16, 4, 16, 64, std::vector<int>(16, 8192)},  // ~15 tiles per CTA: the ring wraps
-    };
     bool all = true;
-    for (size_t ci = 0; ci < m8_cases.size(); ++ci) {
-      const CaseDef& cd = m8_cases[ci];
+    for (size_t ci = 0; ci < mid_cases.size(); ++ci) {
+      const CaseDef& cd = mid_cases[ci];
       Case c = MakeCase(cd.B, cd.G, cd.H, cd.P, cd.lens, 61 + (unsigned)ci);
       QHost qh = MakeQuant(c, kFmtFp8, 63 + (unsigned)ci);
       QuantizeQueriesFp8Two(c);

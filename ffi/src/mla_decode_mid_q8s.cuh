@@ -34,8 +34,8 @@ namespace helix_ffi {
 namespace {
 
 constexpr int kS8Bufs = 3;                   // raw tiles in the ring
-// setmaxnreg budgets (128 x (P + 2 C) <= 64 K): at mla_mid_q8's 40 / 232 ptxas serialised the two-term-P form's wgmmas
-// for lack of registers (C7512); the TMA producer needs few.
+// setmaxnreg budgets (128 x (P + 2 C) <= 64 K): the TMA producer needs few; at mla_mid_q8's 40 / 232 the consumers
+// spilled 156 / 304 bytes (stores / loads), at 24 / 240 128 / 236 (before the skipped rescale; 52 / 84 now).
 constexpr int kS8ProdRegs = 24, kS8ConsRegs = 240;
 static_assert(kS8ProdRegs + 2 * kS8ConsRegs <= 512, "setmaxnreg budgets exceed the CTA's registers");
 constexpr int kS8PBytes = kM8Rows * 128;     // one P^T [64 rows x 128 B], 128-byte swizzle (tokens at logical bytes 0..63)
