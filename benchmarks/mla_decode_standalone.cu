@@ -389,13 +389,17 @@ int main(int argc, char** argv) {
   const bool load = argc > 1 && std::strcmp(argv[1], "load") == 0;      // checks + seesaw load-path timings only
   const float scale = 0.0721f;
   struct CaseDef { int B, G, H, P; std::vector<int> lens; };
-  // The fp8 16 < G*H <= 64 check cases of the "m8" (mla_mid_q8) and "s8" (mla_mid_q8s) modes.
+  // The fp8 G*H > 16 check cases of the "m8" (mla_mid_q8) and "s8" (mla_mid_q8s) modes.
   const std::vector<CaseDef> mid_cases = {
         {4, 4, 16, 64, {1000, 0, 77, 130}},
         {5, 2, 12, 16, {1, 64, 3000, 129, 191}},      // G*H = 24; 16-token pages: cp.async tiles
         {3, 5, 8, 128, {4097, 65, 2}},                // G*H = 40; TMA inside 128-token pages
         {2, 1, 17, 32, {700, 33}},                    // G*H = 17
         {16, 4, 16, 64, std::vector<int>(16, 8192)},  // ~15 tiles per CTA: the ring wraps
+        // G*H > 64: one CTA per 64 query rows (grid y), each with its own Q, over the same KV tiles
+        {3, 1, 128, 64, {5000, 1, 300}},              // G*H = 128: two full row tiles
+        {2, 5, 16, 16, {3000, 70}},                   // G*H = 80: the second row tile has 16 rows; cp.async tiles
+        {2, 4, 64, 128, {2500, 129}},                 // G*H = 256: four row tiles, 128-token pages
     };
   if (argc > 1 && std::strcmp(argv[1], "comb") == 0) {  // the two combine kernels alone, per shape (L=64K, P=64)
     struct S { int B, G, H; };
@@ -442,11 +446,14 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc > 2 && std::strcmp(argv[1], "m8chk") == 0) {
-    // One variant V of the fp8 16 < G*H <= 64 kernels on a ring-wrapping case (16 x 8192 tokens, G=4, H=16), for the
+    // One variant V of the fp8 G*H > 16 kernels on a ring-wrapping case (16 x 8192 tokens, G=4, H=16), for the
     // sanitizers: "m8chk V" with V = 0 / 128 (mla_mid_q8, TMA / cp.async tiles), 16384 / 16512 (mla_mid_q8s, TMA /
-    // cp.async). mla_mid_q8's reference uses its two-scale Q terms; mla_mid_q8s's the unquantized queries.
+    // cp.async), 16896 (mla_mid_q8s with S chains added in f32). mla_mid_q8's reference uses its two-scale Q terms;
+    // mla_mid_q8s's the unquantized queries.
+    // "m8chk V G H": G x H query rows over 4 x 4096 tokens instead (G*H > 64: several row tiles).
     const int V = std::atoi(argv[2]);
-    Case c = MakeCase(16, 4, 16, 64, std::vector<int>(16, 8192), 65);
+    Case c = argc > 4 ? MakeCase(4, std::atoi(argv[3]), std::atoi(argv[4]), 64, std::vector<int>(4, 4096), 65)
+                      : MakeCase(16, 4, 16, 64, std::vector<int>(16, 8192), 65);
     QHost qh = MakeQuant(c, kFmtFp8, 67);
     if (V < 16384) QuantizeQueriesFp8Two(c);
     Dev d = Upload(c, scale);
@@ -455,6 +462,7 @@ int main(int argc, char** argv) {
     const bool ok = V == 128     ? RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 128>(d, qp); })
                     : V == 16384 ? RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 16384>(d, qp); })
                     : V == 16512 ? RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 16384 | 128>(d, qp); })
+                    : V == 16896 ? RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 16384 | 512>(d, qp); })
                                  : RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8>(d, qp); });
     FreeQuant(qp);
     Free(d);
@@ -608,7 +616,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "s8") == 0) {
-    // fp8 pages at 16 < G*H <= 64 through mla_mid_q8s (the seesaw form: consumers alternate tiles, S with the query rows
+    // fp8 pages at G*H > 16 through mla_mid_q8s (the seesaw form: consumers alternate tiles, S with the query rows
     // as M, PV on E4M3 tensor cores) against the double reference of the unquantized queries: TMA tiles (variant 16384),
     // cp.async tiles (| 128), the alternative A-register order (| 32768: must FAIL when the default passes; a check of
     // the fragment layout). Then timings at H=16, G=4 against the bf16 seesaw and mla_mid_q8. "s8 999": checks only.
@@ -630,6 +638,10 @@ int main(int argc, char** argv) {
       all &= RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 16384 | 128>(d, qp); });
       std::printf("  mla_mid_q8s, alternative A-register order (expected to FAIL):\n");
       alt_any |= RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 16384 | 32768>(d, qp); });
+      g_lse_tol = 1e-2;  // S promoted to f32 per chain: the bf16-Q kernels' budget
+      std::printf("  mla_mid_q8s variant 512 (S chains added in f32), TMA / cp.async tiles (lse bound 1e-2):\n");
+      all &= RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 16384 | 512>(d, qp); });
+      all &= RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 16384 | 512 | 128>(d, qp); });
       g_lse_tol = 2e-2;
       FreeQuant(qp);
       Free(d);
@@ -644,10 +656,10 @@ int main(int argc, char** argv) {
       QParams qp = QuantTiming(d, kFmtFp8);
       for (int round = 0; round < 2; ++round) {
         const float lk = TimeMs<kMidQ8, kFmtFp8>(d, 10, qp), t1 = TimeMs<kMidQ8, kFmtFp8, 16384>(d, 10, qp),
-                    te = TimeMs<kMidQ8, kFmtFp8, 16384 | 32>(d, 10, qp);
+                    te = TimeMs<kMidQ8, kFmtFp8, 16384 | 32>(d, 10, qp), tf = TimeMs<kMidQ8, kFmtFp8, 16384 | 512>(d, 10, qp);
         std::printf("s8 B=%d G=4 H=16 round %d: bf16 %.4f ms (%.2f TB/s) | lockstep %.4f = %.2fx | seesaw %.4f = %.2fx "
-                    "(%.2f TB/s) | seesaw evict-first %.4f = %.2fx\n", B, round, bf, tok * 1152 / bf / 1e9, lk, bf / lk, t1,
-                    bf / t1, tok * 576 / t1 / 1e9, te, bf / te);
+                    "(%.2f TB/s) | seesaw evict-first %.4f = %.2fx | seesaw f32 S %.4f = %.2fx\n", B, round, bf,
+                    tok * 1152 / bf / 1e9, lk, bf / lk, t1, bf / t1, tok * 576 / t1 / 1e9, te, bf / te, tf, bf / tf);
       }
       if (B == 64) {
         const float mo = TimeMs<kMidQ8, kFmtFp8, 16384>(d, 10, qp, 1), math = TimeMs<kMidQ8, kFmtFp8, 16384 | 1>(d, 10, qp, 1),
@@ -657,10 +669,26 @@ int main(int argc, char** argv) {
       FreeQuant(qp);
       Free(d);
     }
+    // G*H > 64 (one CTA per 64 rows): the bf16 seesaw on its default load path against the fp8 pipe kernel (the path
+    // before row tiles) and both mid kernels.
+    struct Big { int B, G, H; };
+    for (const Big& bg : {Big{64, 1, 128}, Big{16, 4, 128}, Big{64, 4, 64}, Big{1, 1, 128}, Big{64, 2, 64}}) {
+      Dev d = UploadTiming(bg.B, bg.G, bg.H, 64, 65536, scale);
+      const float bf = TimeMs<kSeesaw, kFmtNative>(d, 10);
+      QParams qp = QuantTiming(d, kFmtFp8);
+      const float pipe = TimeMs<kWgmmaPipe, kFmtFp8>(d, 10, qp), lk = TimeMs<kMidQ8, kFmtFp8>(d, 10, qp),
+                  ss = TimeMs<kMidQ8, kFmtFp8, 16384>(d, 10, qp), sf = TimeMs<kMidQ8, kFmtFp8, 16384 | 512>(d, 10, qp),
+                  lf = TimeMs<kMidQ8, kFmtFp8, 512>(d, 10, qp);
+      std::printf("s8 big B=%d G=%d H=%d: bf16 %.4f ms | fp8 pipe %.4f = %.2fx | lockstep %.4f = %.2fx | seesaw %.4f = %.2fx"
+                  " | seesaw f32 S %.4f = %.2fx | lockstep f32 S %.4f = %.2fx\n", bg.B, bg.G, bg.H, bf, pipe, bf / pipe, lk,
+                  bf / lk, ss, bf / ss, sf, bf / sf, lf, bf / lf);
+      FreeQuant(qp);
+      Free(d);
+    }
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "m8") == 0) {
-    // fp8 pages at 16 < G*H <= 64 through mla_mid_q8 (both consumers on every raw tile): checks against the double
+    // fp8 pages at G*H > 16 through mla_mid_q8 (both consumers on every raw tile): checks against the double
     // reference of the two-term E4M3 queries, then timings at H=16, G=4 against the bf16 seesaw (TMA evict-first, the
     // auto path of one row tile) and the producer-dequantizing fp8 pipe kernel it replaces. "m8 999": checks only.
     const bool checks_only = argc > 2 && std::atoi(argv[2]) == 999;

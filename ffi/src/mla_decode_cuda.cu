@@ -1171,8 +1171,8 @@ inline int EnvChoice(const char* var, std::initializer_list<EnvName> names) {
 // once (kSmallQ8 stands for "the raw-tile kernel of the page format"):
 //   auto (default): where G*H <= 16, fp8 pages run mla_small_q8 (raw E4M3 tiles into the tensor cores, Q as two
 //     E4M3 terms; B=64, H=16, G=1, L=64K on the H200: 1.8x the bf16 kernel) and nvfp4 pages mla_small_q4 (raw
-//     E2M1 tiles, both products' A operands decoded in registers); where 16 < G*H <= 64, fp8 pages run mla_mid_q8s
-//     (consumers alternating raw tiles, PV on E4M3 tensor cores) or mla_mid_q8 (HELIX_MLA_DECODE_MID8); else pipe;
+//     E2M1 tiles, both products' A operands decoded in registers); where G*H > 16, fp8 pages run mla_mid_q8s
+//     (consumers alternating raw tiles, PV on E4M3 tensor cores) or mla_mid_q8 (HELIX_MLA_DECODE_MID8), nvfp4 pages pipe;
 //   small8, small4: same as auto;
 //   small: the producer-dequantizing small-G*H kernel for both formats where G*H <= 16, else pipe;
 //   tile: all threads dequantize the whole staged tile, barrier, then S (simple, one more barrier);
@@ -1185,19 +1185,28 @@ int DequantModeFromEnv() {
   return mode;
 }
 
-// S accumulation of mla_small_q8 and mla_mid_q8 (fp8 pages, G*H <= 64) from HELIX_MLA_DECODE_FP8_S, read once:
-//   fast (default): one fp8 tensor-core accumulator chain over the 576 features of a logit;
-//   f32: each 128-feature block (the rope: 64) accumulates in a fresh chain and is added in f32 on the CUDA cores.
-// The fp8 tensor cores keep fewer accumulator bits than f32: on the standalone driver's full-range E4M3 codes
-// (16 x 8192 tokens) fast is off the double reference by lse 2.1e-2 / o 4.7e-3, f32 by 4.9e-3 / 1.9e-3 (the
-// bf16-Q kernels' level), at ~10 % of the kernel's speed (H200, B=64, H=16, L=64K; benchmarks/NOTES.md
-// session 10). Returns 1 for f32, 0 for fast, -1 for anything else.
+// S accumulation of the fp8 raw-tile kernels (mla_small_q8, mla_mid_q8s, mla_mid_q8) from HELIX_MLA_DECODE_FP8_S, read once:
+//   fast: one fp8 tensor-core accumulator chain over the 576 features of a logit;
+//   f32: shorter chains (mla_small_q8 / mla_mid_q8: per 128-feature block; mla_mid_q8s: per 32-token half and latent
+//     block, the rope with the last) added in f32 on the CUDA cores;
+//   auto (default): fast where G*H <= 64, f32 where G*H > 64.
+// The fp8 tensor cores keep fewer accumulator bits than f32 (~14): on the standalone driver's full-range E4M3 codes
+// fast is off the double reference by lse up to 2.1e-2 (mla_small_q8, 16 x 8192 tokens) / 2.9e-2 (mla_mid_q8s), f32 by
+// 4.9e-3 / 1.9e-2 (mla_mid_q8s keeps its one-scale Q terms' rounding). mla_small_q8's f32 costs ~10 % of its speed,
+// mla_mid_q8s's ~30 % (H200, benchmarks/NOTES.md sessions 10 and 15). Where G*H > 64, mla_mid_q8s's fast chain
+// missed the GPU format tests' lse bound (2.09e-2 at H=128; 3.66e-2 on an 80-row standalone case), hence auto.
+// Returns 1 for f32, 0 for fast, 2 for auto, -1 for anything else; Fp8SF32 resolves auto for a call.
 int Fp8SFromEnv() {
-  static const int mode = EnvChoice("HELIX_MLA_DECODE_FP8_S", {{"fast", 0}, {"f32", 1}});
+  static const int mode = EnvChoice("HELIX_MLA_DECODE_FP8_S", {{"auto", 2}, {"fast", 0}, {"f32", 1}});
   return mode;
 }
+bool Fp8SF32(int gh) {
+  const int mode = Fp8SFromEnv();
+  return mode == 1 || (mode == 2 && gh > kM8Rows);
+}
 
-// fp8 pages at 16 < G*H <= 64 from HELIX_MLA_DECODE_MID8, read once (HELIX_MLA_DECODE_FP8_S=f32 always runs lockstep):
+// fp8 pages at G*H > 16 from HELIX_MLA_DECODE_MID8, read once (one CTA per 64 query rows; HELIX_MLA_DECODE_FP8_S picks
+// the S accumulation of either):
 //   auto (default), seesaw: mla_mid_q8s (consumers alternate tiles; P rounded to E4M3 for PV on fp8 tensor cores);
 //   lockstep: mla_mid_q8 (both consumers on every tile, P in f16: o about 2x closer to the reference, ~0.75x the speed).
 // Returns the LaunchMain kVar bit (16384 = mla_mid_q8s) or 0 for lockstep, -1 for anything else.
@@ -1516,7 +1525,7 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
   if (TmaL2FromEnv() < 0)
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_TMA_L2 must be 128, 256 or none");
   if (kFmt == kFmtFp8 && Fp8SFromEnv() < 0)
-    return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_FP8_S must be fast or f32");
+    return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_FP8_S must be auto, fast or f32");
   if (kFmt == kFmtFp8 && Mid8FromEnv() < 0)
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_MID8 must be auto, seesaw or lockstep");
   if (mode < 0)
@@ -1533,15 +1542,17 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
   p.o_part = reinterpret_cast<uint16_t*>(ws + l.o);
   if (kFmt != kFmtNative && mode == kSmallQ8 && p.GH <= kSmRows) {  // the raw-tile kernel of the page format
     if constexpr (kFmt == kFmtFp8) {
-      if (Fp8SFromEnv() == 1) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ8, kFmt, 512>(p, s, num_parts, mtiles, stream, qp)));
+      if (Fp8SF32(p.GH)) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ8, kFmt, 512>(p, s, num_parts, mtiles, stream, qp)));
       else HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ8, kFmt>(p, s, num_parts, mtiles, stream, qp)));
     }
     if constexpr (kFmt == kFmtNvfp4) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ4, kFmt>(p, s, num_parts, mtiles, stream, qp)));
-  } else if (kFmt == kFmtFp8 && mode == kSmallQ8 && p.GH <= kM8Rows) {  // fp8, 16 < G*H <= 64: mla_mid_q8s / mla_mid_q8
+  } else if (kFmt == kFmtFp8 && mode == kSmallQ8) {  // fp8, G*H > 16: mla_mid_q8s / mla_mid_q8, one CTA per 64 rows
     if constexpr (kFmt == kFmtFp8) {
-      const int mid = Mid8FromEnv();
-      if (Fp8SFromEnv() == 1) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 512>(p, s, num_parts, mtiles, stream, qp)));
-      else if (mid == 16384) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 16384>(p, s, num_parts, mtiles, stream, qp)));
+      // HELIX_MLA_DECODE_MID8 picks the kernel, HELIX_MLA_DECODE_FP8_S its S accumulation (512: chains added in f32).
+      const bool seesaw = Mid8FromEnv() == 16384, f32 = Fp8SF32(p.GH);
+      if (seesaw && f32) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 16384 | 512>(p, s, num_parts, mtiles, stream, qp)));
+      else if (seesaw) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 16384>(p, s, num_parts, mtiles, stream, qp)));
+      else if (f32) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 512>(p, s, num_parts, mtiles, stream, qp)));
       else HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt>(p, s, num_parts, mtiles, stream, qp)));
     }
   } else if (kFmt != kFmtNative && (mode == kSmallGh || mode == kSmallQ8) && p.GH <= kSmRows) {

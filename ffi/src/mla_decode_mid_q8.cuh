@@ -1,4 +1,4 @@
-// FP8 pages, 16 < G*H <= 64 query rows (HELIX_MLA_DECODE_DEQUANT=auto|small8, the default): mla_mid_q8. The spec-verify
+// FP8 pages, G*H > 16 query rows, 64 per CTA (HELIX_MLA_DECODE_MID8=lockstep): mla_mid_q8. The spec-verify
 // shape (H = 16 heads, 1 + 3 draft tokens) lives here; the 64-row producer-dequantizing kernel it replaces ran at 0.58x the
 // bf16 kernel (B=64, H=16, G=4, L=64K on the H200). Included by mla_decode_cuda.cu after mla_decode_small_q8.cuh (reuses
 // its raw-tile layout, two-term Q, S blocks and producer loop).
@@ -28,7 +28,7 @@
 namespace helix_ffi {
 namespace {
 
-constexpr int kM8Rows = 64;                 // query rows of the tile (G*H padded)
+constexpr int kM8Rows = 64;                 // query rows of the tile (G*H padded); more rows: one CTA per 64 (grid y)
 constexpr int kM8Bufs = 3;                  // raw tiles in the ring (any count: both consumers read every tile)
 constexpr int kM8QRows = 2 * kM8Rows;       // E4M3 Q rows: consumer w's B operand = rows 64 w .. 64 w + 63 = [hi 32; lo 32]
 constexpr int kM8QBytes = kM8QRows * kD;    // 73728
@@ -46,10 +46,19 @@ constexpr int kM8SmemBytes = kM8Bufs * kQ8TileBytes + kM8QBytes + 2 * kM8PTElems
                              kM8QRows * 4 + 2 * kM8Rows * 4 + (int)sizeof(M8Bars) + 1024;
 static_assert(kM8SmemBytes <= 227 * 1024, "mla_mid_q8 exceeds the opt-in shared memory");
 
+// The CTA's first query row: row tile blockIdx.y (G*H > 64 runs ceil(G*H / 64) row tiles, each with its own Q, reading
+// the same KV tiles; their partials share the segment numbering, so the combine is unchanged).
+__device__ __forceinline__ int M8Row0() { return blockIdx.y * kM8Rows; }
+// Clamped bound of the CTA's query row ct (< 64) of sequence b; 0 for padding rows (row0 + ct >= G*H).
+__device__ __forceinline__ int M8RowBound(const Params& p, int b, int ct) {
+  const int q = M8Row0() + ct;
+  return q < p.GH ? min(max(p.bounds[b * p.G + q / p.H], 0), p.cap) : 0;
+}
+
 // Element offset of (query row q, token t) in a P^T buffer (B operand of PV: K-major, 128-byte swizzle).
 __device__ __forceinline__ int M8PtOff(int q, int t) { return q * kTokTile + ((((t >> 3) ^ (q & 7))) << 3) + (t & 7); }
 
-// The segment's Q (sequence b, rows >= G*H zero) -> sQ8 / sQs by the 256 consumer threads (ct = 0..255): 8 threads per
+// The segment's Q (sequence b, the CTA's row tile; rows >= G*H zero) -> sQ8 / sQs by the 256 consumer threads (ct = 0..255): 8 threads per
 // row, rows ct / 8 and 32 + ct / 8. Both rows' 18 chunk loads are issued before any arithmetic (one L2 round trip).
 // mla_mid_q8 (kOneScale false): query row r goes to Q8 rows 64 (r / 32) + r % 32 (hi) and + 32 (lo); sQs[r] = 1 / s_hi,
 // sQs[64 + r] = 1 / (s_hi s_lo). mla_mid_q8s (kOneScale true): hi row r, lo row 64 + r, one scale: sQs[r] = 1 / s_r.
@@ -59,7 +68,7 @@ __device__ __forceinline__ void M8QFromGlobal(unsigned char* sQ8, float* sQs, co
   uint4 v[2][9];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int r = (ct >> 3) + 32 * h;
+    const int r = M8Row0() + (ct >> 3) + 32 * h;
 #pragma unroll
     for (int i = 0; i < 9; ++i)
       v[h][i] = r < p.GH ? __ldg(reinterpret_cast<const uint4*>(QChunk(p, (long long)b * p.GH + r, part + 8 * i)))
@@ -156,12 +165,12 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8(Params p, Sched s, QParams 
     const int4 seg = s.seg[SegRow(p) + si];
     const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
     if (n <= 0) {
-      if (w == 0 && wi == 0 && lane < 4) SmEmptyPartial(p, si, lane);
+      if (w == 0 && wi == 0 && lane < 4 && blockIdx.y == 0) SmEmptyPartial(p, si, lane);  // (all G*H rows)
       continue;
     }
     // The previous segment's wgmmas (readers of sQ8) retired before its end's 256-thread barrier.
     M8QFromGlobal<kBf16>(sQ8, sQs, p, b, ct);
-    if (ct < kM8Rows) sBq[ct] = ct < p.GH ? min(max(p.bounds[b * p.G + ct / p.H], 0), p.cap) : 0;
+    if (ct < kM8Rows) sBq[ct] = M8RowBound(p, b, ct);
     FenceProxyAsync();         // E4M3 Q (generic stores) -> wgmma
     NamedBarSync(4, 256);      // (the rows' bounds and Q factors stay in shared memory: registers are O^T's)
     float oacc[4][8][4], m[4][2], l[4][2];
@@ -317,7 +326,8 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8(Params p, Sched s, QParams 
         const float L = myRed[r32] + myRed[32 + r32] + myRed[64 + r32] + myRed[96 + r32];
         if (wi == 0 && g == 0) {
           sFin[q] = L;
-          if (q < p.GH) p.lse_part[(long long)si * p.GH + q] = L > 0.f ? (m[n8][e] + __log2f(L)) * kLn2 : -INFINITY;
+          const int gq = M8Row0() + q;
+          if (gq < p.GH) p.lse_part[(long long)si * p.GH + gq] = L > 0.f ? (m[n8][e] + __log2f(L)) * kLn2 : -INFINITY;
         }
       }
     NamedBarSync(4, 256);  // every row's L (sFin is rewritten at the next segment end, after its tiles' barriers)
@@ -326,9 +336,10 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8(Params p, Sched s, QParams 
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int q = n8 * 8 + c4 * 2 + e;
-        if (q >= p.GH) continue;
+        const int gq = M8Row0() + q;
+        if (gq >= p.GH) continue;
         const float L = sFin[q], inv = L > 0.f ? out_mul / L : 0.f;
-        uint16_t* o = p.o_part + ((long long)si * p.GH + q) * kDl + 256 * w + 64 * wi + 8 * g;
+        uint16_t* o = p.o_part + ((long long)si * p.GH + gq) * kDl + 256 * w + 64 * wi + 8 * g;
         StPart4<kBf16>(o, oacc[0][n8][e] * inv, oacc[0][n8][2 + e] * inv, oacc[1][n8][e] * inv, oacc[1][n8][2 + e] * inv);
         StPart4<kBf16>(o + 4, oacc[2][n8][e] * inv, oacc[2][n8][2 + e] * inv, oacc[3][n8][e] * inv, oacc[3][n8][2 + e] * inv);
       }

@@ -1,4 +1,4 @@
-// FP8 pages, 16 < G*H <= 64 query rows: mla_mid_q8s, the seesaw form of mla_mid_q8 (HELIX_MLA_DECODE_MID8=auto|seesaw,
+// FP8 pages, G*H > 16 query rows, 64 per CTA: mla_mid_q8s, the seesaw form of mla_mid_q8 (HELIX_MLA_DECODE_MID8=auto|seesaw,
 // the default; lockstep keeps mla_mid_q8). Included by mla_decode_cuda.cu after mla_decode_mid_q8.cuh (reuses its
 // constants, the raw-tile layout, the Q loader, the producer loop and the V^T register mapping).
 //
@@ -91,6 +91,40 @@ __device__ __forceinline__ void S8Block(float (&s)[8][4], uint32_t base, uint32_
   }
 }
 
+// D[64 x 32] (+)= A[64 x 32] * B[32 x 32], E4M3 from shared memory; kFirst: D is an output only (no zeroing before it).
+template <bool kFirst>
+__device__ __forceinline__ void Wgmma_m64n32k32_e4m3(float (&d)[4][4], uint64_t da, uint64_t db) {
+  if constexpr (kFirst)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1;\n}\n"
+                 : "=f"(d[0][0]), "=f"(d[0][1]), "=f"(d[0][2]), "=f"(d[0][3]), "=f"(d[1][0]), "=f"(d[1][1]), "=f"(d[1][2]), "=f"(d[1][3]), "=f"(d[2][0]), "=f"(d[2][1]), "=f"(d[2][2]), "=f"(d[2][3]), "=f"(d[3][0]), "=f"(d[3][1]), "=f"(d[3][2]), "=f"(d[3][3]) : "l"(da), "l"(db), "r"(0));
+  else
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1;\n}\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]) : "l"(da), "l"(db), "r"(1));
+}
+
+// Variant 512's S chain: tokens 32 h .. 32 h + 31 of a raw tile at `base` against both Q terms, lo first, over latent
+// block c (c == 3: with the rope block), into a fresh accumulator.
+__device__ __forceinline__ void S8HalfChain(float (&t)[4][4], uint32_t base, uint32_t q8a, int c, int h) {
+  const uint32_t tb = base + h * (32 * 128), rb = base + 4 * (kTokTile * 128) + h * (32 * 64);
+#pragma unroll
+  for (int term = 1; term >= 0; --term) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint64_t da = Desc(q8a + c * (kM8QRows * 128) + term * (kM8Rows * 128) + kk * 32, 16, 1024),
+                     db = Desc(tb + c * (kTokTile * 128) + kk * 32, 16, 1024);
+      if (term == 1 && kk == 0) Wgmma_m64n32k32_e4m3<true>(t, da, db);
+      else Wgmma_m64n32k32_e4m3<false>(t, da, db);
+    }
+    if (c == 3)
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk)
+        Wgmma_m64n32k32_e4m3<false>(t, Desc64(q8a + 4 * (kM8QRows * 128) + term * (kM8Rows * 64) + kk * 32),
+                                    Desc64(rb + kk * 32));
+  }
+}
+
 // D[64 x 64] += A[64 x 32] * B[32 x 64], E4M3, A from registers (4 bytes of consecutive k per register).
 __device__ __forceinline__ void Wgmma_m64n64k32_e4m3_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t db) {
   asm volatile(
@@ -164,7 +198,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
     const int4 seg = s.seg[SegRow(p) + si];
     const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
     if (n <= 0) {
-      if (w == 0 && wi == 0 && lane < 4) SmEmptyPartial(p, si, lane);
+      if (w == 0 && wi == 0 && lane < 4 && blockIdx.y == 0) SmEmptyPartial(p, si, lane);  // (all G*H rows)
       continue;
     }
     if constexpr ((kVar & 2) != 0) {  // probe: the producer alone (wait for each tile, release it)
@@ -179,7 +213,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
     if (!first_seg) NamedBarSync(4, 256);  // both consumers' wgmmas of the previous segment (readers of sQ8) retired
     first_seg = false;
     M8QFromGlobal<kBf16, true>(sQ8, sQs, p, b, ct);  // hi rows 0..63, lo 64..127, one scale
-    if (ct < kM8Rows) sBq[ct] = ct < p.GH ? min(max(p.bounds[b * p.G + ct / p.H], 0), p.cap) : 0;
+    if (ct < kM8Rows) sBq[ct] = M8RowBound(p, b, ct);
     FenceProxyAsync();     // E4M3 Q (generic stores) -> wgmma
     NamedBarSync(4, 256);
     float oacc[4][8][4];
@@ -327,16 +361,62 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
         // The lo term first: the fp8 tensor cores keep ~14 bits of each step's largest magnitude, so the lo products,
         // ~2^-4 of the hi ones, accumulate at their own scale and the chain's error is the 18 hi steps' (as mla_mid_q8's
         // separate hi / lo columns); interleaving the terms doubled the lse error on full-range codes (5.4e-2 vs 2.9e-2).
+        if constexpr ((kVar & 512) != 0) {
+          // Variant 512 (HELIX_MLA_DECODE_FP8_S=f32): per 32-token half, four chains (latent blocks 0, 1, 2, then 3 with
+          // the rope), each in a fresh 16-register accumulator (lo term first) and added in f32 once retired: each chain's
+          // truncation is relative to its own 128-192 features' sum. The first half's sums wait in this tile's P^T buffer
+          // (free: both consumers' PV of tile j - 4 retired; thread-private words) so S stays at 32 live registers plus
+          // the chain's 16. (Chains over all 64 tokens, or both halves' sums in registers, made ptxas serialise every
+          // wgmma for lack of registers, C7512.)
+          const int par = kg & (kS8PBufs - 1);
+          if (kg >= kS8PBufs) MbarWait(&bars->pempty[par], ((kg / kS8PBufs) - 1) & 1);
+          float* scratch = reinterpret_cast<float*>(sP + par * kS8PBytes) + (ct & 127);
 #pragma unroll
-        for (int c = 0; c < 5; ++c) {
-          MbarWait(&bars->full[buf][c], ph);
-          FenceProxyAsync();  // cp.async-filled tiles (generic writes) -> wgmma reads
-          WgFence();
-          S8Block(sacc, base, q8a, c, 1, c == 0);  // (the first step overwrites sacc)
+          for (int h = 0; h < 2; ++h) {
+            float acc[4][4];
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+              float t[4][4];
+              if (h == 0) {
+                MbarWait(&bars->full[buf][c], ph);
+                if (c == 3) MbarWait(&bars->full[buf][4], ph);
+                FenceProxyAsync();  // cp.async-filled tiles (generic writes) -> wgmma reads
+              }
+              WgFence();
+              S8HalfChain(t, base, q8a, c, h);
+              WgCommit();
+              WgWait0();  // (the first also retires this consumer's PV of tile j - 2)
+              FenceRegs(t);
+#pragma unroll
+              for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][e] = c == 0 ? t[i][e] : acc[i][e] + t[i][e];
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                if (h == 0) scratch[(4 * i + e) * 128] = acc[i][e];
+                else sacc[4 + i][e] = acc[i][e];
+              }
+          }
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sacc[i][e] = scratch[(4 * i + e) * 128];
+          NamedBarSync(1 + w, 128);  // every warp of the consumer read its sums before any writes P^T over them
+        } else {
+#pragma unroll
+          for (int c = 0; c < 5; ++c) {
+            MbarWait(&bars->full[buf][c], ph);
+            FenceProxyAsync();  // cp.async-filled tiles (generic writes) -> wgmma reads
+            WgFence();
+            S8Block(sacc, base, q8a, c, 1, c == 0);  // (the first step overwrites sacc)
+          }
+#pragma unroll
+          for (int c = 0; c < 5; ++c) S8Block(sacc, base, q8a, c, 0);
+          WgCommit();
         }
-#pragma unroll
-        for (int c = 0; c < 5; ++c) S8Block(sacc, base, q8a, c, 0);
-        WgCommit();
       }
       if constexpr (kOth) MbarWait(&bars->pfull[(kg - 1) & (kS8PBufs - 1)], ((kg - 1) / kS8PBufs) & 1);  // tile j - 1's P, max, sum
       WgWait0();  // S of tile j and this consumer's PV of tile j - 2
@@ -377,16 +457,18 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
         for (int e = 0; e < 2; ++e) {
           const int q = n8 * 8 + c4 * 2 + e;
           const float L = sL[lp * kM8Rows + q];
-          if (q < p.GH) p.lse_part[(long long)si * p.GH + q] = L > 0.f ? (sM[lp * kM8Rows + q] + __log2f(L) - 8.f) * kLn2 : -INFINITY;
+          const int gq = M8Row0() + q;
+          if (gq < p.GH) p.lse_part[(long long)si * p.GH + gq] = L > 0.f ? (sM[lp * kM8Rows + q] + __log2f(L) - 8.f) * kLn2 : -INFINITY;
         }
 #pragma unroll
     for (int n8 = 0; n8 < 8; ++n8)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int q = n8 * 8 + c4 * 2 + e;
-        if (q >= p.GH) continue;
+        const int gq = M8Row0() + q;
+        if (gq >= p.GH) continue;
         const float L = sL[lp * kM8Rows + q], inv = L > 0.f ? out_mul / L : 0.f;
-        uint16_t* o = p.o_part + ((long long)si * p.GH + q) * kDl + 256 * w + 64 * wi + 8 * g;
+        uint16_t* o = p.o_part + ((long long)si * p.GH + gq) * kDl + 256 * w + 64 * wi + 8 * g;
         StPart4<kBf16>(o, oacc[0][n8][e] * inv, oacc[0][n8][2 + e] * inv, oacc[1][n8][e] * inv, oacc[1][n8][2 + e] * inv);
         StPart4<kBf16>(o + 4, oacc[2][n8][e] * inv, oacc[2][n8][2 + e] * inv, oacc[3][n8][e] * inv, oacc[3][n8][2 + e] * inv);
       }
