@@ -1191,10 +1191,11 @@ int DequantModeFromEnv() {
 //     block, the rope with the last) added in f32 on the CUDA cores;
 //   auto (default): fast where G*H <= 64, f32 where G*H > 64.
 // The fp8 tensor cores keep fewer accumulator bits than f32 (~14): on the standalone driver's full-range E4M3 codes
-// fast is off the double reference by lse up to 2.1e-2 (mla_small_q8, 16 x 8192 tokens) / 2.9e-2 (mla_mid_q8s), f32 by
-// 4.9e-3 / 1.9e-2 (mla_mid_q8s keeps its one-scale Q terms' rounding). mla_small_q8's f32 costs ~10 % of its speed,
+// fast is off the double reference by lse up to 2.1e-2 (mla_small_q8, 16 x 8192 tokens) / 2.8e-2 (mla_mid_q8s; 3.7e-2 on
+// an 80-row case), f32 by 4.9e-3 / 1.8e-2 (mla_mid_q8s keeps its one-scale Q terms' rounding). mla_small_q8's f32 costs ~10 % of its speed,
 // mla_mid_q8s's ~30 % (H200, benchmarks/NOTES.md sessions 10 and 15). Where G*H > 64, mla_mid_q8s's fast chain
-// missed the GPU format tests' lse bound (2.09e-2 at H=128; 3.66e-2 on an 80-row standalone case), hence auto.
+// missed the lse bounds (3.66e-2 on an 80-row standalone case against 3e-2; 2.09e-2 at H=128 in the GPU format tests
+// against 2e-2 before the lse took the unrounded weights' sum), hence auto.
 // Returns 1 for f32, 0 for fast, 2 for auto, -1 for anything else; Fp8SF32 resolves auto for a call.
 int Fp8SFromEnv() {
   static const int mode = EnvChoice("HELIX_MLA_DECODE_FP8_S", {{"auto", 2}, {"fast", 0}, {"f32", 1}});

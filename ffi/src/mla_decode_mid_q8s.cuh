@@ -20,7 +20,8 @@
 //       group) and B = P^T from shared memory; O^T's M rows permuted as mla_mid_q8's (a thread's 8 bytes per token cover
 //       its rows of 4 m-blocks).
 // P: p = exp2(s - m + 8) rounded to E4M3 (RNE; E4M3's 2^-4 per weight; its normal range covers p >= 2^-14). The row
-// sums use the rounded weights, so o stays a convex combination of the V rows. This is the precision trade of the
+// sums that normalise o use the rounded weights, so o stays a convex combination of the V rows; the lse takes a second
+// sum of the unrounded weights (sE), so it carries no rounding of P. This is the precision trade of the
 // kernel: mla_mid_q8 keeps P in f16 (standalone driver, full-range codes: o 3.1-4.9e-3 vs 5.1-7.0e-3 off the double
 // reference). A two-term P (hi + lo in E4M3, two PV wgmmas per step on the same A registers) made ptxas serialise every
 // wgmma for lack of registers (C7512) and ran slower than mla_mid_q8 (benchmarks/NOTES.md, session 14).
@@ -45,11 +46,11 @@ constexpr int kS8PBufs = 4;
 struct S8Bars {
   uint64_t full[kS8Bufs][5];  // as Q8BarsT (Q8ProduceSegment)
   uint64_t empty[kS8Bufs];    // 256: every consumer thread after its V^T loads of the tile (the owner's S retired before)
-  uint64_t pfull[kS8PBufs];   // by tile % 4, 128: the owner's threads wrote P^T, sM / sL / sA
+  uint64_t pfull[kS8PBufs];   // by tile % 4, 128: the owner's threads wrote P^T, sM / sL / sA / sE
   uint64_t pempty[kS8PBufs];  // by tile % 4, 256: both consumers' PV of the tile retired (and the segment end read sL)
 };
-// Ring, E4M3 Q [hi 64 rows; lo 64 rows], P^T x 4, sM / sL / sA [4][64], Q row factors [64], row bounds [64], barriers.
-constexpr int kS8SmemBytes = kS8Bufs * kQ8TileBytes + kM8QBytes + kS8PBufs * kS8PBytes + 3 * kS8PBufs * kM8Rows * 4 + 2 * kM8Rows * 4 +
+// Ring, E4M3 Q [hi 64 rows; lo 64 rows], P^T x 4, sM / sL / sA / sE [4][64], Q row factors [64], row bounds [64], barriers.
+constexpr int kS8SmemBytes = kS8Bufs * kQ8TileBytes + kM8QBytes + kS8PBufs * kS8PBytes + 4 * kS8PBufs * kM8Rows * 4 + 2 * kM8Rows * 4 +
                              (int)sizeof(S8Bars) + 1024;
 static_assert(kS8SmemBytes <= 227 * 1024, "mla_mid_q8s exceeds the opt-in shared memory");
 
@@ -159,7 +160,8 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
   float* sM = reinterpret_cast<float*>(sP + kS8PBufs * kS8PBytes);  // [4][64] running max after the tile (log2 units)
   float* sL = sM + kS8PBufs * kM8Rows;                      // [4][64] running sum after the tile (x 256)
   float* sA = sL + kS8PBufs * kM8Rows;                      // [4][64] the tile's factor for the earlier tiles
-  float* sQs = sA + kS8PBufs * kM8Rows;                     // [64] 1 / s_r
+  float* sE = sA + kS8PBufs * kM8Rows;                      // [4][64] running sum of the unrounded weights (x 256): the lse
+  float* sQs = sE + kS8PBufs * kM8Rows;                     // [64] 1 / s_r
   int* sBq = reinterpret_cast<int*>(sQs + kM8Rows);         // [64] the segment's row bounds (0: padding)
   S8Bars* bars = reinterpret_cast<S8Bars*>(sBq + kM8Rows);
 
@@ -310,15 +312,20 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
       }
       const float mp0 = first ? -INFINITY : sM[pp * kM8Rows + r0], mp1 = first ? -INFINITY : sM[pp * kM8Rows + r1];
       const float lp0 = first ? 0.f : sL[pp * kM8Rows + r0], lp1 = first ? 0.f : sL[pp * kM8Rows + r1];
+      const float ep0 = first ? 0.f : sE[pp * kM8Rows + r0], ep1 = first ? 0.f : sE[pp * kM8Rows + r1];
       const float mn0 = fmaxf(mp0, mx0), mn1 = fmaxf(mp1, mx1);
       const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
       const float al0 = exp2f(mp0 - mu0), al1 = exp2f(mp1 - mu1);
       const float mq0 = mu0 - 8.f, mq1 = mu1 - 8.f;  // P x 256 (E4M3's normal range covers 2^-6 .. 448)
       if (kg >= kS8PBufs) MbarWait(&bars->pempty[par], ((kg / kS8PBufs) - 1) & 1);  // both consumers' PV of tile kg - 4 retired
       unsigned char* pt = sP + par * kS8PBytes;
-      float sum0 = 0.f, sum1 = 0.f;
-      auto put = [&](int q, int t, float x0, float x1, float mq) -> float {
+      float sum0 = 0.f, sum1 = 0.f, ex0 = 0.f, ex1 = 0.f;
+      // The rounded weights' sum normalises o (a convex combination of the V rows); the unrounded weights' sum gives the
+      // lse, which then carries no E4M3 rounding (a numpy model of it: up to 1.9e-2 on the lse of a row with a few
+      // dominant tokens).
+      auto put = [&](int q, int t, float x0, float x1, float mq, float& ex) -> float {
         const float pa = exp2f(x0 - mq), pb = exp2f(x1 - mq);
+        ex += pa + pb;
         const uint32_t hi = F32x2ToE4m3(pa, pb);
         const uint32_t hh2 = Fp8x2ToT<false>(hi);
         const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&hh2));
@@ -328,17 +335,20 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
 #pragma unroll
       for (int n8 = 0; n8 < 8; ++n8) {
         const int t = 8 * n8 + 2 * c4;
-        sum0 += put(r0, t, sacc[n8][0], sacc[n8][1], mq0);
-        sum1 += put(r1, t, sacc[n8][2], sacc[n8][3], mq1);
+        sum0 += put(r0, t, sacc[n8][0], sacc[n8][1], mq0, ex0);
+        sum1 += put(r1, t, sacc[n8][2], sacc[n8][3], mq1, ex1);
       }
 #pragma unroll
       for (int off = 1; off <= 2; off <<= 1) {
         sum0 += __shfl_xor_sync(0xffffffffu, sum0, off);
         sum1 += __shfl_xor_sync(0xffffffffu, sum1, off);
+        ex0 += __shfl_xor_sync(0xffffffffu, ex0, off);
+        ex1 += __shfl_xor_sync(0xffffffffu, ex1, off);
       }
       if (c4 == 0) {
         sM[par * kM8Rows + r0] = mn0, sL[par * kM8Rows + r0] = lp0 * al0 + sum0, sA[par * kM8Rows + r0] = al0;
         sM[par * kM8Rows + r1] = mn1, sL[par * kM8Rows + r1] = lp1 * al1 + sum1, sA[par * kM8Rows + r1] = al1;
+        sE[par * kM8Rows + r0] = ep0 * al0 + ex0, sE[par * kM8Rows + r1] = ep1 * al1 + ex1;
       }
       FenceProxyAsync();  // P^T stores -> both consumers' wgmmas
       MbarArrive(&bars->pfull[par]);
@@ -456,9 +466,9 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int q = n8 * 8 + c4 * 2 + e;
-          const float L = sL[lp * kM8Rows + q];
+          const float E = sE[lp * kM8Rows + q];  // (> 0 exactly where the rounded sum is: the max weight, 256, is exact)
           const int gq = M8Row0() + q;
-          if (gq < p.GH) p.lse_part[(long long)si * p.GH + gq] = L > 0.f ? (sM[lp * kM8Rows + q] + __log2f(L) - 8.f) * kLn2 : -INFINITY;
+          if (gq < p.GH) p.lse_part[(long long)si * p.GH + gq] = E > 0.f ? (sM[lp * kM8Rows + q] + __log2f(E) - 8.f) * kLn2 : -INFINITY;
         }
 #pragma unroll
     for (int n8 = 0; n8 < 8; ++n8)
@@ -472,7 +482,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
         StPart4<kBf16>(o, oacc[0][n8][e] * inv, oacc[0][n8][2 + e] * inv, oacc[1][n8][e] * inv, oacc[1][n8][2 + e] * inv);
         StPart4<kBf16>(o + 4, oacc[2][n8][e] * inv, oacc[2][n8][2 + e] * inv, oacc[3][n8][e] * inv, oacc[3][n8][2 + e] * inv);
       }
-    MbarArrive(&bars->pempty[lp]);  // this consumer's PV of tile kl retired and its sM / sL read
+    MbarArrive(&bars->pempty[lp]);  // this consumer's PV of tile kl retired and its sM / sL / sE read
     kbase += n;
   }
 }
