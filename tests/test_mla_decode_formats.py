@@ -271,7 +271,7 @@ def test_gpu_formats(fmt, implementation, B, G, H, P, lens, rng):
 @pytest.mark.gpu
 @pytest.mark.parametrize("implementation", ["ffi", "pallas"])
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("H", [16, 4])  # G*H = 64 (split-KV kernel) and 16 (small-G*H kernel)
+@pytest.mark.parametrize("H", [16, 4, 32])  # G*H = 64, 16 (small-G*H kernels) and 128 (two 64-row tiles)
 def test_gpu_r2_examples(fmt, implementation, H, rng):
     """R2 on the GPU kernels: page size 16 (the CUDA kernel's minimum), examples A/B bounds."""
     if jax.default_backend() != "gpu":
