@@ -448,7 +448,8 @@ int main(int argc, char** argv) {
   if (argc > 2 && std::strcmp(argv[1], "m8chk") == 0) {
     // One variant V of the fp8 G*H > 16 kernels on a ring-wrapping case (16 x 8192 tokens, G=4, H=16), for the
     // sanitizers: "m8chk V" with V = 0 / 128 (mla_mid_q8, TMA / cp.async tiles), 16384 / 16512 (mla_mid_q8s, TMA /
-    // cp.async), 16896 (mla_mid_q8s with S chains added in f32). mla_mid_q8's reference uses its two-scale Q terms;
+    // cp.async), 16896 / 17920 (mla_mid_q8s with S chains added in f32: four / two per 32-token half). mla_mid_q8's
+    // reference uses its two-scale Q terms;
     // mla_mid_q8s's the unquantized queries.
     // "m8chk V G H": G x H query rows over 4 x 4096 tokens instead (G*H > 64: several row tiles).
     const int V = std::atoi(argv[2]);
@@ -463,6 +464,7 @@ int main(int argc, char** argv) {
                     : V == 16384 ? RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 16384>(d, qp); })
                     : V == 16512 ? RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 16384 | 128>(d, qp); })
                     : V == 16896 ? RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 16384 | 512>(d, qp); })
+                    : V == 17920 ? RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 16384 | 512 | 1024>(d, qp); })
                                  : RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8>(d, qp); });
     FreeQuant(qp);
     Free(d);
@@ -593,6 +595,24 @@ int main(int argc, char** argv) {
           std::printf("q4 B=64 round %d: bf16 %.4f | table %.4f (%.3fx) | S permutes %.4f (%.3fx) | PV permutes %.4f (%.3fx) | "
                       "all-lane release %.4f (%.3fx)\n", r, b0, a0, b0 / a0, a32, b0 / a32, a64, b0 / a64, a256, b0 / a256);
         }
+      }
+      FreeQuant(qp);
+      Free(d);
+    }
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "s8big") == 0) {
+    // mla_mid_q8s's S accumulation forms at two shapes (L=64K): fast, f32 with four / two chains per 32-token half,
+    // against the bf16 seesaw (default load path); two alternating rounds.
+    struct Sh { int B, G, H; };
+    for (const Sh& sh : {Sh{64, 1, 128}, Sh{64, 4, 16}}) {
+      Dev d = UploadTiming(sh.B, sh.G, sh.H, 64, 65536, scale);
+      QParams qp = QuantTiming(d, kFmtFp8);
+      for (int round = 0; round < 2; ++round) {
+        const float bf = TimeMs<kSeesaw, kFmtNative>(d, 10), fa = TimeMs<kMidQ8, kFmtFp8, 16384>(d, 10, qp),
+                    f4 = TimeMs<kMidQ8, kFmtFp8, 16384 | 512>(d, 10, qp), f2 = TimeMs<kMidQ8, kFmtFp8, 16384 | 512 | 1024>(d, 10, qp);
+        std::printf("s8big B=%d G=%d H=%d round %d: bf16 %.4f ms | fast %.4f = %.2fx | f32x4 %.4f = %.2fx | f32x2 %.4f = %.2fx\n",
+                    sh.B, sh.G, sh.H, round, bf, fa, bf / fa, f4, bf / f4, f2, bf / f2);
       }
       FreeQuant(qp);
       Free(d);

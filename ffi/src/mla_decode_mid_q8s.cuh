@@ -26,9 +26,10 @@
 // reference). A two-term P (hi + lo in E4M3, two PV wgmmas per step on the same A registers) made ptxas serialise every
 // wgmma for lack of registers (C7512) and ran slower than mla_mid_q8 (benchmarks/NOTES.md, session 14).
 // Per tile and SM: S 36 x 32 + PV 2 x 8 x 32 = 1664 tensor cycles, against ~2000 cycles of fp8 bytes at 4.2 TB/s.
-// kVar: bit 0 / 1: the probes of mla_mid_q8 (math alone / producer alone); bit 5: L2 evict-first TMA loads; bit 15: the
-// alternative A-register order (reg 1 = row g, k + 16; reg 2 = row g + 8, k), a check of the fragment layout (the
-// standalone driver runs it and expects it to FAIL).
+// kVar: bit 0 / 1: the probes of mla_mid_q8 (math alone / producer alone); bit 5: L2 evict-first TMA loads; bit 9: S chains
+// added in f32 (HELIX_MLA_DECODE_FP8_S=f32, and auto where G*H > 64); bit 10 (with 9, standalone probe): two chains per
+// 32-token half instead of four; bit 15: the alternative A-register order (reg 1 = row g, k + 16; reg 2 = row g + 8, k),
+// a check of the fragment layout (the standalone driver runs it and expects it to FAIL).
 #pragma once
 
 namespace helix_ffi {
@@ -106,19 +107,21 @@ __device__ __forceinline__ void Wgmma_m64n32k32_e4m3(float (&d)[4][4], uint64_t 
 }
 
 // Variant 512's S chain: tokens 32 h .. 32 h + 31 of a raw tile at `base` against both Q terms, lo first, over latent
-// block c (c == 3: with the rope block), into a fresh accumulator.
-__device__ __forceinline__ void S8HalfChain(float (&t)[4][4], uint32_t base, uint32_t q8a, int c, int h) {
+// blocks c0 .. c1 - 1 (c1 == 4: with the rope block), into a fresh accumulator.
+__device__ __forceinline__ void S8HalfChain(float (&t)[4][4], uint32_t base, uint32_t q8a, int c0, int c1, int h) {
   const uint32_t tb = base + h * (32 * 128), rb = base + 4 * (kTokTile * 128) + h * (32 * 64);
 #pragma unroll
   for (int term = 1; term >= 0; --term) {
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      const uint64_t da = Desc(q8a + c * (kM8QRows * 128) + term * (kM8Rows * 128) + kk * 32, 16, 1024),
-                     db = Desc(tb + c * (kTokTile * 128) + kk * 32, 16, 1024);
-      if (term == 1 && kk == 0) Wgmma_m64n32k32_e4m3<true>(t, da, db);
-      else Wgmma_m64n32k32_e4m3<false>(t, da, db);
-    }
-    if (c == 3)
+    for (int c = c0; c < c1; ++c)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint64_t da = Desc(q8a + c * (kM8QRows * 128) + term * (kM8Rows * 128) + kk * 32, 16, 1024),
+                       db = Desc(tb + c * (kTokTile * 128) + kk * 32, 16, 1024);
+        if (term == 1 && c == c0 && kk == 0) Wgmma_m64n32k32_e4m3<true>(t, da, db);
+        else Wgmma_m64n32k32_e4m3<false>(t, da, db);
+      }
+    if (c1 == 4)
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk)
         Wgmma_m64n32k32_e4m3<false>(t, Desc64(q8a + 4 * (kM8QRows * 128) + term * (kM8Rows * 64) + kk * 32),
@@ -378,6 +381,8 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
           // (free: both consumers' PV of tile j - 4 retired; thread-private words) so S stays at 32 live registers plus
           // the chain's 16. (Chains over all 64 tokens, or both halves' sums in registers, made ptxas serialise every
           // wgmma for lack of registers, C7512.)
+          // kVar bit 10 (standalone probe): two chains per half (latent blocks 0-1, then 2-3 with the rope).
+          constexpr int kChains = (kVar & 1024) != 0 ? 2 : 4, kPer = 4 / kChains;
           const int par = kg & (kS8PBufs - 1);
           if (kg >= kS8PBufs) MbarWait(&bars->pempty[par], ((kg / kS8PBufs) - 1) & 1);
           float* scratch = reinterpret_cast<float*>(sP + par * kS8PBytes) + (ct & 127);
@@ -385,15 +390,16 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
           for (int h = 0; h < 2; ++h) {
             float acc[4][4];
 #pragma unroll
-            for (int c = 0; c < 4; ++c) {
+            for (int c = 0; c < kChains; ++c) {
               float t[4][4];
               if (h == 0) {
-                MbarWait(&bars->full[buf][c], ph);
-                if (c == 3) MbarWait(&bars->full[buf][4], ph);
+#pragma unroll
+                for (int cb = kPer * c; cb < kPer * (c + 1); ++cb) MbarWait(&bars->full[buf][cb], ph);
+                if (c == kChains - 1) MbarWait(&bars->full[buf][4], ph);
                 FenceProxyAsync();  // cp.async-filled tiles (generic writes) -> wgmma reads
               }
               WgFence();
-              S8HalfChain(t, base, q8a, c, h);
+              S8HalfChain(t, base, q8a, kPer * c, kPer * (c + 1), h);
               WgCommit();
               WgWait0();  // (the first also retires this consumer's PV of tile j - 2)
               FenceRegs(t);
