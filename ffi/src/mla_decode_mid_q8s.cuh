@@ -93,17 +93,17 @@ __device__ __forceinline__ void S8Block(float (&s)[8][4], uint32_t base, uint32_
   }
 }
 
-// D[64 x 32] (+)= A[64 x 32] * B[32 x 32], E4M3 from shared memory; kFirst: D is an output only (no zeroing before it).
-template <bool kFirst>
-__device__ __forceinline__ void Wgmma_m64n32k32_e4m3(float (&d)[4][4], uint64_t da, uint64_t db) {
-  if constexpr (kFirst)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1;\n}\n"
-                 : "=f"(d[0][0]), "=f"(d[0][1]), "=f"(d[0][2]), "=f"(d[0][3]), "=f"(d[1][0]), "=f"(d[1][1]), "=f"(d[1][2]), "=f"(d[1][3]), "=f"(d[2][0]), "=f"(d[2][1]), "=f"(d[2][2]), "=f"(d[2][3]), "=f"(d[3][0]), "=f"(d[3][1]), "=f"(d[3][2]), "=f"(d[3][3]) : "l"(da), "l"(db), "r"(0));
-  else
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1;\n}\n"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]) : "l"(da), "l"(db), "r"(1));
+// D[64 x 32] = A[64 x 32] * B[32 x 32], E4M3 from shared memory, no accumulation (the chains' first step, as
+// Wgmma_m64n64k32_e4m3_first; the others accumulate with mla_decode_cuda.cu's Wgmma_m64n32k32_e4m3).
+__device__ __forceinline__ void Wgmma_m64n32k32_e4m3_first(float (&d)[4][4], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1;\n"
+      "}\n"
+      : "=f"(d[0][0]), "=f"(d[0][1]), "=f"(d[0][2]), "=f"(d[0][3]), "=f"(d[1][0]), "=f"(d[1][1]), "=f"(d[1][2]), "=f"(d[1][3]), "=f"(d[2][0]), "=f"(d[2][1]), "=f"(d[2][2]), "=f"(d[2][3]), "=f"(d[3][0]), "=f"(d[3][1]), "=f"(d[3][2]), "=f"(d[3][3])
+      : "l"(da), "l"(db), "r"(0));
 }
 
 // Variant 512's S chain: tokens 32 h .. 32 h + 31 of a raw tile at `base` against both Q terms, lo first, over latent
@@ -118,13 +118,13 @@ __device__ __forceinline__ void S8HalfChain(float (&t)[4][4], uint32_t base, uin
       for (int kk = 0; kk < 4; ++kk) {
         const uint64_t da = Desc(q8a + c * (kM8QRows * 128) + term * (kM8Rows * 128) + kk * 32, 16, 1024),
                        db = Desc(tb + c * (kTokTile * 128) + kk * 32, 16, 1024);
-        if (term == 1 && c == c0 && kk == 0) Wgmma_m64n32k32_e4m3<true>(t, da, db);
-        else Wgmma_m64n32k32_e4m3<false>(t, da, db);
+        if (term == 1 && c == c0 && kk == 0) Wgmma_m64n32k32_e4m3_first(t, da, db);
+        else Wgmma_m64n32k32_e4m3(t, da, db);
       }
     if (c1 == 4)
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk)
-        Wgmma_m64n32k32_e4m3<false>(t, Desc64(q8a + 4 * (kM8QRows * 128) + term * (kM8Rows * 64) + kk * 32),
+        Wgmma_m64n32k32_e4m3(t, Desc64(q8a + 4 * (kM8QRows * 128) + term * (kM8Rows * 64) + kk * 32),
                                     Desc64(rb + kk * 32));
   }
 }
@@ -476,18 +476,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
           const int gq = M8Row0() + q;
           if (gq < p.GH) p.lse_part[(long long)si * p.GH + gq] = E > 0.f ? (sM[lp * kM8Rows + q] + __log2f(E) - 8.f) * kLn2 : -INFINITY;
         }
-#pragma unroll
-    for (int n8 = 0; n8 < 8; ++n8)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int q = n8 * 8 + c4 * 2 + e;
-        const int gq = M8Row0() + q;
-        if (gq >= p.GH) continue;
-        const float L = sL[lp * kM8Rows + q], inv = L > 0.f ? out_mul / L : 0.f;
-        uint16_t* o = p.o_part + ((long long)si * p.GH + gq) * kDl + 256 * w + 64 * wi + 8 * g;
-        StPart4<kBf16>(o, oacc[0][n8][e] * inv, oacc[0][n8][2 + e] * inv, oacc[1][n8][e] * inv, oacc[1][n8][2 + e] * inv);
-        StPart4<kBf16>(o + 4, oacc[2][n8][e] * inv, oacc[2][n8][2 + e] * inv, oacc[3][n8][e] * inv, oacc[3][n8][2 + e] * inv);
-      }
+    M8StoreOT<kBf16>(p, si, oacc, sL + lp * kM8Rows, out_mul, w, wi, g, c4);  // o normalised by the rounded weights' sum
     MbarArrive(&bars->pempty[lp]);  // this consumer's PV of tile kl retired and its sM / sL / sE read
     kbase += n;
   }
