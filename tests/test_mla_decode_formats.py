@@ -314,15 +314,6 @@ def test_gpu_fp8_s_f32_accumulation():
 
 
 @pytest.mark.gpu
-def test_gpu_bad_fp8_s_env_names_the_variable():
-    """A bad HELIX_MLA_DECODE_FP8_S value is an error naming the variable and its values, not a silent default."""
-    rc, out, err = _formats_subprocess({"HELIX_MLA_DECODE_FP8_S": "bf16"}, "test_gpu_formats and fp8_e4m3 and ffi",
-                                       stop_first=True)
-    assert rc != 0, (out + err)[-4000:]
-    assert "HELIX_MLA_DECODE_FP8_S must be auto, fast or f32" in out + err, (out + err)[-4000:]
-
-
-@pytest.mark.gpu
 @pytest.mark.parametrize("variant", ["seesaw", "lockstep"])
 def test_gpu_fp8_mid_kernel_variants(variant):
     """HELIX_MLA_DECODE_MID8 (fp8 pages at G*H > 16: mla_mid_q8s or mla_mid_q8) passes every fp8 FFI GPU format case
@@ -333,9 +324,12 @@ def test_gpu_fp8_mid_kernel_variants(variant):
 
 
 @pytest.mark.gpu
-def test_gpu_bad_mid8_env_names_the_variable():
-    """A bad HELIX_MLA_DECODE_MID8 value is an error naming the variable and its values, not a silent default."""
-    rc, out, err = _formats_subprocess({"HELIX_MLA_DECODE_MID8": "fast"}, "test_gpu_formats and fp8_e4m3 and ffi",
-                                       stop_first=True)
+@pytest.mark.parametrize("var,value,message", [
+    ("HELIX_MLA_DECODE_FP8_S", "bf16", "HELIX_MLA_DECODE_FP8_S must be auto, fast or f32"),
+    ("HELIX_MLA_DECODE_MID8", "fast", "HELIX_MLA_DECODE_MID8 must be auto, seesaw or lockstep"),
+], ids=["fp8_s", "mid8"])
+def test_gpu_bad_fp8_env_names_the_variable(var, value, message):
+    """A bad value of an fp8 kernel variable is an error naming the variable and its values, not a silent default."""
+    rc, out, err = _formats_subprocess({var: value}, "test_gpu_formats and fp8_e4m3 and ffi", stop_first=True)
     assert rc != 0, (out + err)[-4000:]
-    assert "HELIX_MLA_DECODE_MID8 must be auto, seesaw or lockstep" in out + err, (out + err)[-4000:]
+    assert message in out + err, (out + err)[-4000:]
