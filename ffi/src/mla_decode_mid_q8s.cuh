@@ -35,6 +35,22 @@
 namespace helix_ffi {
 namespace {
 
+// Timeline probe of the standalone driver (built with -DHELIX_SS_TRACE; nothing otherwise): clock64 stamps of CTA (0, 0)'s
+// consumers, by the tile whose S the step computes (thread 0 of its owner).
+enum S8TraceEvent { kS8TrStep, kS8TrLast, kS8TrSIss, kS8TrOthP, kS8TrSDone, kS8TrSmax, kS8TrPv1Iss, kS8TrPv1Done, kS8TrPv2Iss,
+                    kS8TrEvents };
+#ifdef HELIX_SS_TRACE
+__device__ long long g_s8_trace[kS8TrEvents][kTrTiles];
+#define S8_TRACE(ev, k)                                                                                          \
+  do {                                                                                                           \
+    if ((threadIdx.x & 127) == 0 && blockIdx.x == 0 && blockIdx.y == 0 && (k) >= 0 && (k) < kTrTiles) g_s8_trace[ev][k] = clock64(); \
+  } while (0)
+#else
+#define S8_TRACE(ev, k) \
+  do {                  \
+  } while (0)
+#endif
+
 constexpr int kS8Bufs = 3;                   // raw tiles in the ring
 // setmaxnreg budgets (128 x (P + 2 C) <= 64 K): the TMA producer needs few; at mla_mid_q8's 40 / 232 the consumers
 // spilled 156 / 304 bytes (stores / loads), at 24 / 240 128 / 236 (before the skipped rescale; 52 / 84 now).
@@ -367,6 +383,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
     auto step = [&](int j, auto own_tag, auto oth_tag) {
       constexpr bool kOwn = decltype(own_tag)::value, kOth = decltype(oth_tag)::value;
       const int kg = kbase + j;
+      S8_TRACE(kS8TrStep, kg);
       float sacc[8][4];
       if constexpr (kOwn) {
         const int buf = kg % kS8Bufs, ph = (kg / kS8Bufs) & 1;
@@ -425,6 +442,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
 #pragma unroll
           for (int c = 0; c < 5; ++c) {
             MbarWait(&bars->full[buf][c], ph);
+            if (c == 4) S8_TRACE(kS8TrLast, kg);
             FenceProxyAsync();  // cp.async-filled tiles (generic writes) -> wgmma reads
             WgFence();
             S8Block(sacc, base, q8a, c, 1, c == 0);  // (the first step overwrites sacc)
@@ -432,20 +450,26 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
 #pragma unroll
           for (int c = 0; c < 5; ++c) S8Block(sacc, base, q8a, c, 0);
           WgCommit();
+          S8_TRACE(kS8TrSIss, kg);
         }
       }
       if constexpr (kOth) MbarWait(&bars->pfull[(kg - 1) & (kS8PBufs - 1)], ((kg - 1) / kS8PBufs) & 1);  // tile j - 1's P, max, sum
+      S8_TRACE(kS8TrOthP, kg);
       WgWait0();  // S of tile j and this consumer's PV of tile j - 2
+      S8_TRACE(kS8TrSDone, kg);
       FenceAcc(oacc);
       if (j >= 2) MbarArrive(&bars->pempty[(kg - 2) & (kS8PBufs - 1)]);
       if constexpr (kOwn) {
         FenceRegs(sacc);
         softmax(sacc, kg, (blk0 + j) * kTokTile, j == 0);
+        S8_TRACE(kS8TrSmax, kg);
       }
       if constexpr (kOth) {
         pv(kg - 1);
+        S8_TRACE(kS8TrPv1Iss, kg);
         if constexpr (kOwn) {
           WgWait0();  // O^T is rescaled for tile j next
+          S8_TRACE(kS8TrPv1Done, kg);
           FenceAcc(oacc);
           MbarArrive(&bars->pempty[(kg - 1) & (kS8PBufs - 1)]);
         }
@@ -453,6 +477,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
       if constexpr (kOwn) {
         MbarWait(&bars->pfull[kg & (kS8PBufs - 1)], (kg / kS8PBufs) & 1);  // all of this consumer's warps wrote P^T
         pv(kg);
+        S8_TRACE(kS8TrPv2Iss, kg);
       }
     };
     int j = w;
