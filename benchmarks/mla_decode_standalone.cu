@@ -8,6 +8,7 @@
 //   /tmp/mla_standalone [small]      (small: correctness only, for the sanitizers)
 //   -DHELIX_SS_TRACE: "load" first prints a clock64 timeline of the seesaw kernel (one CTA, tiles 40..47), and mode
 //   "s8trace" one of mla_mid_q8s (one CTA's two consumers, tiles 40..51, and the mean step per tile)
+//   m8rep V [N]: an fp8 mid kernel variant rerun N times on the ring-wrapping case, bitwise against the first run
 //   load [H [path]]: only the timing shapes with this H, only this load path
 // Quantized pages (fp8 / nvfp4, variants tile and pipe) are checked on random codes: the CPU reference
 // dequantizes them with the float32 formulas of helix_jax/quant.py, then runs the same double decode.
@@ -445,6 +446,46 @@ int main(int argc, char** argv) {
       Free(d);
     }
     return 0;
+  }
+  if (argc > 2 && std::strcmp(argv[1], "m8rep") == 0) {
+    // Determinism of the fp8 G*H > 16 kernels on the ring-wrapping case (16 x 8192 tokens, G=4, H=16): "m8rep V [N]"
+    // checks the first run against the double reference, then reruns N times (outputs poisoned before each) and counts
+    // the runs whose o / lse differ bitwise from the first. compute-sanitizer's racecheck does not see TMA (async-proxy)
+    // writes, so a release that lets a refill overwrite bytes still being read shows up here, not there. V: 16384
+    // (mla_mid_q8s, TMA), 16512 (cp.async), 16896 (f32 S), 0 (mla_mid_q8).
+    const int V = std::atoi(argv[2]), N = argc > 3 ? std::atoi(argv[3]) : 20;
+    Case c = MakeCase(16, 4, 16, 64, std::vector<int>(16, 8192), 65);
+    QHost qh = MakeQuant(c, kFmtFp8, 67);
+    if (V < 16384) QuantizeQueriesFp8Two(c);
+    Dev d = Upload(c, scale);
+    QParams qp = UploadQuant(qh);
+    g_lse_tol = 3e-2;
+    auto run = [&] {
+      if (V == 16384) Run<kMidQ8, kFmtFp8, 16384>(d, qp);
+      else if (V == 16512) Run<kMidQ8, kFmtFp8, 16384 | 128>(d, qp);
+      else if (V == 16896) Run<kMidQ8, kFmtFp8, 16384 | 512>(d, qp);
+      else Run<kMidQ8, kFmtFp8>(d, qp);
+    };
+    const bool ok = RunChecked(c, d, scale, run);
+    const size_t no = (size_t)c.B * c.G * c.H * 512, nl = (size_t)c.B * c.G * c.H;
+    std::vector<uint16_t> o0(no), o1(no);
+    std::vector<float> l0(nl), l1(nl);
+    CK(cudaMemcpy(o0.data(), d.o, no * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(l0.data(), d.lse, nl * 4, cudaMemcpyDeviceToHost));
+    int differ = 0;
+    for (int r = 0; r < N; ++r) {
+      CK(cudaMemset(d.o, 0xFF, no * 2));
+      CK(cudaMemset(d.lse, 0xFF, nl * 4));
+      run();
+      CK(cudaDeviceSynchronize());
+      CK(cudaMemcpy(o1.data(), d.o, no * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(l1.data(), d.lse, nl * 4, cudaMemcpyDeviceToHost));
+      differ += std::memcmp(o0.data(), o1.data(), no * 2) != 0 || std::memcmp(l0.data(), l1.data(), nl * 4) != 0;
+    }
+    std::printf("m8rep %d: reference check %s, %d of %d reruns differ bitwise from the first\n", V, ok ? "PASS" : "FAIL", differ, N);
+    FreeQuant(qp);
+    Free(d);
+    return ok && differ == 0 ? 0 : 1;
   }
   if (argc > 2 && std::strcmp(argv[1], "m8chk") == 0) {
     // One variant V of the fp8 G*H > 16 kernels on a ring-wrapping case (16 x 8192 tokens, G=4, H=16), for the

@@ -252,10 +252,8 @@ GPU_PARAMS = ([(impl,) + c for impl in ("ffi", "pallas") for c in GPU_CASES]
               + [("ffi",) + c for c in GPU_CASES_FFI_ONLY])
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("implementation,B,G,H,P,lens", GPU_PARAMS)
-def test_gpu_formats(fmt, implementation, B, G, H, P, lens, rng):
+def gpu_formats_case(fmt, rng, B, G, H, P, lens):
+    """A GPU case: bounds per token = len - (G-1) + j, some rows cut to 0, +1 on odd tokens; bf16 queries."""
     if jax.default_backend() != "gpu":
         pytest.fail("the gpu-marked tests need a GPU backend")
     lens = np.asarray(lens)
@@ -263,9 +261,51 @@ def test_gpu_formats(fmt, implementation, B, G, H, P, lens, rng):
     bounds[:, 0] = np.where(np.arange(B) % 3 == 2, 0, bounds[:, 0])
     bounds = np.minimum(bounds + (np.arange(G)[None, :] % 2), max(lens.max(), 1))
     npp = max(-(-int(bounds.max()) // P), 1)
-    case = make_case(fmt, rng, bounds=bounds, H=H, P=P, npp=npp, qdtype=jnp.bfloat16)
+    return make_case(fmt, rng, bounds=bounds, H=H, P=P, npp=npp, qdtype=jnp.bfloat16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("implementation,B,G,H,P,lens", GPU_PARAMS)
+def test_gpu_formats(fmt, implementation, B, G, H, P, lens, rng):
+    case = gpu_formats_case(fmt, rng, B, G, H, P, lens)
     o, lse = run(case, implementation)
     check(case, o, lse, tol_o=1e-2, tol_lse=2e-2)    # bf16 P and output rounding, as the bf16 kernel
+
+
+# Ring-wrapping (16 x 8192 tokens, G*H = 64), two row tiles (H = 128) and a 16-row second tile on cp.async tiles.
+DETERMINISM_CASES = [
+    (16, 4, 16, 64, [8192] * 16),
+    (3, 1, 128, 64, [65536, 70, 1]),
+    (2, 5, 16, 16, [3000, 70]),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("B,G,H,P,lens", DETERMINISM_CASES)
+def test_gpu_ffi_formats_are_deterministic(fmt, B, G, H, P, lens, rng):
+    """Identical FFI calls on quantized pages give bitwise-identical outputs. A result that changes between calls is a
+    race; compute-sanitizer's racecheck does not see TMA (async-proxy) writes, so a ring slot released while still read
+    shows up here (session 16: an earlier release in mla_mid_q8s changed 30 of 30 reruns, racecheck reported none).
+    Open (session 16, H200): with the library as it is, the fp8 ring-wrapping case failed here once (call 4 of 5
+    differed; benchmarks/NOTES.md, session 16, "an open race") while the standalone driver's rerun check of the same
+    kernel passed 30 of 30."""
+    case = gpu_formats_case(fmt, rng, B, G, H, P, lens)
+    o0, lse0 = run(case, "ffi")
+    check(case, o0, lse0, tol_o=1e-2, tol_lse=2e-2)
+    differ = []
+    for call in range(2, 6):
+        o, lse = run(case, "ffi")
+        if not (np.array_equal(o, o0) and np.array_equal(lse, lse0)):
+            rows = np.unique(np.argwhere(np.any(o != o0, axis=-1) | (lse != lse0))[:, :2], axis=0)
+            differ.append(f"call {call}: {len(rows)} (sequence, token) pairs differ, max |o - o_1| "
+                          f"{np.nanmax(np.abs(o - o0)):.3g}")
+        try:   # each call against the oracle too: how wrong a differing call is, not only whether it differs
+            check(case, o, lse, tol_o=1e-2, tol_lse=2e-2)
+        except AssertionError as e:
+            differ.append(f"call {call} vs the oracle: {e}".splitlines()[0])
+    assert not differ, "; ".join(differ)
 
 
 @pytest.mark.gpu
