@@ -699,65 +699,6 @@ int main(int argc, char** argv) {
     return 0;
   }
 #endif
-#ifdef HELIX_SS_TRACE
-  if (argc > 1 && std::strcmp(argv[1], "s8trace") == 0) {
-    // Timeline of mla_mid_q8s (fast S) in CTA (0, 0) of a whole call, tiles 40..51, in us from tile 40's step start:
-    // per tile (its owner's step): step start, last block landed, S issued, the other consumer's softmax of the tile
-    // before available, S (+ this consumer's PV of tile - 2) retired, softmax published, PV of tile - 1 issued / retired,
-    // PV of the tile issued.
-    struct Sh { int B, G, H; };
-    for (const Sh& sh : {Sh{64, 4, 16}, Sh{64, 1, 128}}) {
-      Dev d = UploadTiming(sh.B, sh.G, sh.H, 64, 65536, scale);
-      QParams qp = QuantTiming(d, kFmtFp8);
-      for (int rep = 0; rep < 2; ++rep) {
-        static long long zero[kS8TrEvents][kTrTiles] = {};
-        CK(cudaMemcpyToSymbol(g_s8_trace, zero, sizeof(zero)));
-        Run<kMidQ8, kFmtFp8, 16384>(d, qp);
-        CK(cudaDeviceSynchronize());
-        static long long tr[kS8TrEvents][kTrTiles];
-        CK(cudaMemcpyFromSymbol(tr, g_s8_trace, sizeof(tr)));
-        int khz = 0;
-        CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
-        const char* names[kS8TrEvents] = {"step", "landed", "S iss", "othP", "S done", "smax", "PV1 iss", "PV1 done", "PV2 iss"};
-        std::printf("s8trace B=%d G=%d H=%d rep %d (clock attr %d MHz), us from tile 40's step start:\ntile", sh.B, sh.G, sh.H, rep, khz / 1000);
-        for (int e = 0; e < kS8TrEvents; ++e) std::printf(" %8s", names[e]);
-        std::printf("\n");
-        const long long t0 = tr[kS8TrStep][40];
-        for (int k = 40; k < 52; ++k) {
-          std::printf("%4d", k);
-          for (int e = 0; e < kS8TrEvents; ++e) std::printf(" %8.2f", tr[e][k] ? (tr[e][k] - t0) * 1e3 / khz : -1.0);
-          std::printf("\n");
-        }
-        std::printf("s8trace B=%d G=%d H=%d rep %d: tiles 40..199 step-to-step per tile %.3f us\n", sh.B, sh.G, sh.H, rep,
-                    (tr[kS8TrStep][198] - tr[kS8TrStep][40]) * 1e3 / khz / 158.0);
-      }
-      FreeQuant(qp);
-      Free(d);
-    }
-    return 0;
-  }
-#endif
-  if (argc > 1 && std::strcmp(argv[1], "s8e") == 0) {
-    // mla_mid_q8s's order of the other tile's V^T read: before this consumer's softmax (default) or after it (kVar 8192,
-    // the order before session 16), fast and f32 S, three alternating rounds (L=64K) against the bf16 seesaw.
-    struct Sh { int B, G, H; };
-    for (const Sh& sh : {Sh{64, 4, 16}, Sh{16, 4, 16}, Sh{128, 4, 16}, Sh{64, 2, 16}, Sh{64, 1, 128}, Sh{16, 4, 128}, Sh{64, 4, 64}, Sh{1, 4, 16}}) {
-      Dev d = UploadTiming(sh.B, sh.G, sh.H, 64, 65536, scale);
-      QParams qp = QuantTiming(d, kFmtFp8);
-      const int it = sh.B == 1 ? 50 : 10;
-      for (int round = 0; round < 3; ++round) {
-        const float bf = TimeMs<kSeesaw, kFmtNative>(d, it), ne = TimeMs<kMidQ8, kFmtFp8, 16384>(d, it, qp),
-                    ol = TimeMs<kMidQ8, kFmtFp8, 16384 | 8192>(d, it, qp), nf = TimeMs<kMidQ8, kFmtFp8, 16384 | 512>(d, it, qp),
-                    of = TimeMs<kMidQ8, kFmtFp8, 16384 | 512 | 8192>(d, it, qp);
-        std::printf("s8e B=%d G=%d H=%d round %d: bf16 %.4f ms | fast: early %.4f = %.3fx, late %.4f = %.3fx (early/late %.3f) | "
-                    "f32 S: early %.4f = %.3fx, late %.4f = %.3fx (%.3f)\n", sh.B, sh.G, sh.H, round, bf, ne, bf / ne, ol, bf / ol,
-                    ol / ne, nf, bf / nf, of, bf / of, of / nf);
-      }
-      FreeQuant(qp);
-      Free(d);
-    }
-    return 0;
-  }
   if (argc > 2 && std::strcmp(argv[1], "s8prof") == 0) {
     // One main-kernel launch of mla_mid_q8s at B=64 G=4 H=16 L=64K after one warm-up launch, for Nsight Compute
     // (--launch-skip 1 --launch-count 1): "s8prof 1" mla_mid_q8s, "s8prof 0" mla_mid_q8.
