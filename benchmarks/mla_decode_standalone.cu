@@ -450,9 +450,10 @@ int main(int argc, char** argv) {
   if (argc > 2 && std::strcmp(argv[1], "m8rep") == 0) {
     // Determinism of the fp8 G*H > 16 kernels on the ring-wrapping case (16 x 8192 tokens, G=4, H=16): "m8rep V [N]"
     // checks the first run against the double reference, then reruns N times (outputs poisoned before each) and counts
-    // the runs whose o / lse differ bitwise from the first. compute-sanitizer's racecheck does not see TMA (async-proxy)
-    // writes, so a release that lets a refill overwrite bytes still being read shows up here, not there. V: 16384
-    // (mla_mid_q8s, TMA), 16512 (cp.async), 16896 (f32 S), 0 (mla_mid_q8).
+    // the runs whose o / lse differ bitwise from the first (the workspace is poisoned before each run too: see below).
+    // compute-sanitizer's racecheck does not see TMA (async-proxy) writes, so a release that lets a refill overwrite
+    // bytes still being read shows up here, not there. V: 16384 (mla_mid_q8s, TMA), 16512 (cp.async), 16896 (f32 S),
+    // 0 (mla_mid_q8).
     const int V = std::atoi(argv[2]), N = argc > 3 ? std::atoi(argv[3]) : 20;
     Case c = MakeCase(16, 4, 16, 64, std::vector<int>(16, 8192), 65);
     QHost qh = MakeQuant(c, kFmtFp8, 67);
@@ -466,6 +467,11 @@ int main(int argc, char** argv) {
       else if (V == 16896) Run<kMidQ8, kFmtFp8, 16384 | 512>(d, qp);
       else Run<kMidQ8, kFmtFp8>(d, qp);
     };
+    // The workspace (plan tables, segment partials) is poisoned with NaN bytes before every run too: under XLA it is a
+    // scratch buffer with whatever an earlier computation left, so a read of a word this call did not write would
+    // show up as a difference here (here it would otherwise see the previous run's identical words).
+    const size_t nws = Layout(c.B, c.G * c.H).total;
+    CK(cudaMemset(d.ws, 0xFF, nws));
     const bool ok = RunChecked(c, d, scale, run);
     const size_t no = (size_t)c.B * c.G * c.H * 512, nl = (size_t)c.B * c.G * c.H;
     std::vector<uint16_t> o0(no), o1(no);
@@ -476,6 +482,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r < N; ++r) {
       CK(cudaMemset(d.o, 0xFF, no * 2));
       CK(cudaMemset(d.lse, 0xFF, nl * 4));
+      CK(cudaMemset(d.ws, r & 1 ? 0x00 : 0xFF, nws));  // alternately zero and NaN bytes
       run();
       CK(cudaDeviceSynchronize());
       CK(cudaMemcpy(o1.data(), d.o, no * 2, cudaMemcpyDeviceToHost));
