@@ -305,6 +305,53 @@ static bool RunChecked(const Case& c, Dev& d, float scale, F run, const char* no
   return ok;
 }
 
+// The fp8 G*H > 16 kernels by the driver's variant number V (modes m8chk, m8rep): 0 / 128 mla_mid_q8 (TMA / cp.async
+// tiles), 16384 / 16512 mla_mid_q8s (TMA / cp.async), 16896 / 17920 mla_mid_q8s with S chains added in f32 (four / two
+// per 32-token half). Returns false (and runs nothing) for any other V.
+static bool RunMidVariant(int V, Dev& d, const QParams& qp) {
+  switch (V) {
+    case 0: Run<kMidQ8, kFmtFp8>(d, qp); return true;
+    case 128: Run<kMidQ8, kFmtFp8, 128>(d, qp); return true;
+    case 16384: Run<kMidQ8, kFmtFp8, 16384>(d, qp); return true;
+    case 16512: Run<kMidQ8, kFmtFp8, 16384 | 128>(d, qp); return true;
+    case 16896: Run<kMidQ8, kFmtFp8, 16384 | 512>(d, qp); return true;
+    case 17920: Run<kMidQ8, kFmtFp8, 16384 | 512 | 1024>(d, qp); return true;
+    default: return false;
+  }
+}
+static bool IsMidVariant(int V) { return V == 0 || V == 128 || V == 16384 || V == 16512 || V == 16896 || V == 17920; }
+
+#ifdef HELIX_SS_TRACE
+// One traced call: clears the kernel's clock64 stamp table `sym` ([E][kTrTiles]), runs `run`, copies the table into tr;
+// returns the SM clock attribute (kHz) to convert stamps to time.
+template <int E, typename Sym, typename F>
+static int TraceCall(const Sym& sym, long long (&tr)[E][kTrTiles], F run) {
+  static long long zero[E][kTrTiles] = {};
+  CK(cudaMemcpyToSymbol(sym, zero, sizeof(zero)));
+  run();
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpyFromSymbol(tr, sym, sizeof(tr)));
+  int khz = 0;
+  CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+  return khz;
+}
+// Tiles k0 .. k1 - 1 of a stamp table, one column per event (width w), in us from tile k0's stamp of event e0; -1: not
+// stamped.
+template <int E>
+static void PrintTimeline(const long long (&tr)[E][kTrTiles], const char* const (&names)[E], int khz, int e0, int k0, int k1,
+                          int w) {
+  std::printf("tile");
+  for (int e = 0; e < E; ++e) std::printf(" %*s", w, names[e]);
+  std::printf("\n");
+  const long long t0 = tr[e0][k0];
+  for (int k = k0; k < k1; ++k) {
+    std::printf("%4d", k);
+    for (int e = 0; e < E; ++e) std::printf(" %*.2f", w, tr[e][k] ? (tr[e][k] - t0) * 1e3 / khz : -1.0);
+    std::printf("\n");
+  }
+}
+#endif
+
 // One warp per part, as the main kernels plan: its range into part[q], its segments into seg[]; part 0 writes batch[].
 __global__ void PlanCheck(const int* bounds, int B, int G, int cap, int parts, int4* seg, int2* part, int2* batch) {
   const int2 range = PlanPart(bounds, B, G, cap, parts, blockIdx.x, seg, blockIdx.x == 0 ? batch : nullptr);
@@ -452,21 +499,19 @@ int main(int argc, char** argv) {
     // checks the first run against the double reference, then reruns N times (outputs poisoned before each) and counts
     // the runs whose o / lse differ bitwise from the first (the workspace is poisoned before each run too: see below).
     // compute-sanitizer's racecheck does not see TMA (async-proxy) writes, so a release that lets a refill overwrite
-    // bytes still being read shows up here, not there. V: 16384 (mla_mid_q8s, TMA), 16512 (cp.async), 16896 (f32 S),
-    // 0 (mla_mid_q8).
+    // bytes still being read shows up here, not there. V: as m8chk (RunMidVariant).
     const int V = std::atoi(argv[2]), N = argc > 3 ? std::atoi(argv[3]) : 20;
+    if (!IsMidVariant(V)) {
+      std::printf("m8rep: unknown variant %d (0, 128, 16384, 16512, 16896, 17920)\n", V);
+      return 2;
+    }
     Case c = MakeCase(16, 4, 16, 64, std::vector<int>(16, 8192), 65);
     QHost qh = MakeQuant(c, kFmtFp8, 67);
     if (V < 16384) QuantizeQueriesFp8Two(c);
     Dev d = Upload(c, scale);
     QParams qp = UploadQuant(qh);
     g_lse_tol = 3e-2;
-    auto run = [&] {
-      if (V == 16384) Run<kMidQ8, kFmtFp8, 16384>(d, qp);
-      else if (V == 16512) Run<kMidQ8, kFmtFp8, 16384 | 128>(d, qp);
-      else if (V == 16896) Run<kMidQ8, kFmtFp8, 16384 | 512>(d, qp);
-      else Run<kMidQ8, kFmtFp8>(d, qp);
-    };
+    auto run = [&] { RunMidVariant(V, d, qp); };
     // The workspace (plan tables, segment partials) is poisoned with NaN bytes before every run too: under XLA it is a
     // scratch buffer with whatever an earlier computation left, so a read of a word this call did not write would
     // show up as a difference here (here it would otherwise see the previous run's identical words).
@@ -495,13 +540,14 @@ int main(int argc, char** argv) {
     return ok && differ == 0 ? 0 : 1;
   }
   if (argc > 2 && std::strcmp(argv[1], "m8chk") == 0) {
-    // One variant V of the fp8 G*H > 16 kernels on a ring-wrapping case (16 x 8192 tokens, G=4, H=16), for the
-    // sanitizers: "m8chk V" with V = 0 / 128 (mla_mid_q8, TMA / cp.async tiles), 16384 / 16512 (mla_mid_q8s, TMA /
-    // cp.async), 16896 / 17920 (mla_mid_q8s with S chains added in f32: four / two per 32-token half). mla_mid_q8's
-    // reference uses its two-scale Q terms;
-    // mla_mid_q8s's the unquantized queries.
+    // One variant V of the fp8 G*H > 16 kernels (RunMidVariant) on a ring-wrapping case (16 x 8192 tokens, G=4, H=16),
+    // for the sanitizers. mla_mid_q8's reference uses its two-scale Q terms; mla_mid_q8s's the unquantized queries.
     // "m8chk V G H": G x H query rows over 4 x 4096 tokens instead (G*H > 64: several row tiles).
     const int V = std::atoi(argv[2]);
+    if (!IsMidVariant(V)) {
+      std::printf("m8chk: unknown variant %d (0, 128, 16384, 16512, 16896, 17920)\n", V);
+      return 2;
+    }
     Case c = argc > 4 ? MakeCase(4, std::atoi(argv[3]), std::atoi(argv[4]), 64, std::vector<int>(4, 4096), 65)
                       : MakeCase(16, 4, 16, 64, std::vector<int>(16, 8192), 65);
     QHost qh = MakeQuant(c, kFmtFp8, 67);
@@ -509,12 +555,7 @@ int main(int argc, char** argv) {
     Dev d = Upload(c, scale);
     QParams qp = UploadQuant(qh);
     g_lse_tol = 3e-2;
-    const bool ok = V == 128     ? RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 128>(d, qp); })
-                    : V == 16384 ? RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 16384>(d, qp); })
-                    : V == 16512 ? RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 16384 | 128>(d, qp); })
-                    : V == 16896 ? RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 16384 | 512>(d, qp); })
-                    : V == 17920 ? RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8, 16384 | 512 | 1024>(d, qp); })
-                                 : RunChecked(c, d, scale, [&] { Run<kMidQ8, kFmtFp8>(d, qp); });
+    const bool ok = RunChecked(c, d, scale, [&] { RunMidVariant(V, d, qp); });
     FreeQuant(qp);
     Free(d);
     return ok ? 0 : 1;
@@ -679,24 +720,11 @@ int main(int argc, char** argv) {
       Dev d = UploadTiming(sh.B, sh.G, sh.H, 64, 65536, scale);
       QParams qp = QuantTiming(d, kFmtFp8);
       for (int rep = 0; rep < 2; ++rep) {
-        static long long zero[kS8TrEvents][kTrTiles] = {};
-        CK(cudaMemcpyToSymbol(g_s8_trace, zero, sizeof(zero)));
-        Run<kMidQ8, kFmtFp8, 16384>(d, qp);
-        CK(cudaDeviceSynchronize());
         static long long tr[kS8TrEvents][kTrTiles];
-        CK(cudaMemcpyFromSymbol(tr, g_s8_trace, sizeof(tr)));
-        int khz = 0;
-        CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
-        const char* names[kS8TrEvents] = {"step", "landed", "S iss", "othP", "S done", "smax", "PV1 iss", "PV1 done", "PV2 iss"};
-        std::printf("s8trace B=%d G=%d H=%d rep %d (clock attr %d MHz), us from tile 40's step start:\ntile", sh.B, sh.G, sh.H, rep, khz / 1000);
-        for (int e = 0; e < kS8TrEvents; ++e) std::printf(" %8s", names[e]);
-        std::printf("\n");
-        const long long t0 = tr[kS8TrStep][40];
-        for (int k = 40; k < 52; ++k) {
-          std::printf("%4d", k);
-          for (int e = 0; e < kS8TrEvents; ++e) std::printf(" %8.2f", tr[e][k] ? (tr[e][k] - t0) * 1e3 / khz : -1.0);
-          std::printf("\n");
-        }
+        const int khz = TraceCall(g_s8_trace, tr, [&] { Run<kMidQ8, kFmtFp8, 16384>(d, qp); });
+        static const char* const names[kS8TrEvents] = {"step", "landed", "S iss", "othP", "S done", "smax", "PV1 iss", "PV1 done", "PV2 iss"};
+        std::printf("s8trace B=%d G=%d H=%d rep %d (clock attr %d MHz), us from tile 40's step start:\n", sh.B, sh.G, sh.H, rep, khz / 1000);
+        PrintTimeline(tr, names, khz, kS8TrStep, 40, 52, 8);
         std::printf("s8trace B=%d G=%d H=%d rep %d: tiles 40..199 step-to-step per tile %.3f us\n", sh.B, sh.G, sh.H, rep,
                     (tr[kS8TrStep][198] - tr[kS8TrStep][40]) * 1e3 / khz / 158.0);
       }
@@ -1014,24 +1042,11 @@ int main(int argc, char** argv) {
     // and when the other WG received this tile's softmax.
     for (S sh : {S{64, 1, 128}, S{64, 4, 16}}) {
       Dev d = UploadTiming(sh.B, sh.G, sh.H, 64, 65536, scale);
-      static long long zero[kTrEvents][kTrTiles] = {};
-      CK(cudaMemcpyToSymbol(g_ss_trace, zero, sizeof(zero)));
-      Run<kSeesaw, kFmtNative, 32>(d);
-      CK(cudaDeviceSynchronize());
       static long long tr[kTrEvents][kTrTiles];
-      CK(cudaMemcpyFromSymbol(tr, g_ss_trace, sizeof(tr)));
-      int khz = 0;
-      CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
-      const char* names[kTrEvents] = {"P:own", "P:rope", "P:oth", "start", "rel", "first", "last", "Sdone", "smax", "PViss", "ofetch"};
-      std::printf("trace B=%d G=%d H=%d (clock %d MHz), us from tile 40's P:own:\ntile", sh.B, sh.G, sh.H, khz / 1000);
-      for (int e = 0; e < kTrEvents; ++e) std::printf(" %7s", names[e]);
-      std::printf("\n");
-      const long long t0 = tr[kTrPart0][40];
-      for (int k = 40; k < 48; ++k) {
-        std::printf("%4d", k);
-        for (int e = 0; e < kTrEvents; ++e) std::printf(" %7.2f", tr[e][k] ? (tr[e][k] - t0) * 1e3 / khz : -1.0);
-        std::printf("\n");
-      }
+      const int khz = TraceCall(g_ss_trace, tr, [&] { Run<kSeesaw, kFmtNative, 32>(d); });
+      static const char* const names[kTrEvents] = {"P:own", "P:rope", "P:oth", "start", "rel", "first", "last", "Sdone", "smax", "PViss", "ofetch"};
+      std::printf("trace B=%d G=%d H=%d (clock %d MHz), us from tile 40's P:own:\n", sh.B, sh.G, sh.H, khz / 1000);
+      PrintTimeline(tr, names, khz, kTrPart0, 40, 48, 7);
       Free(d);
     }
 #endif

@@ -41,15 +41,8 @@ enum S8TraceEvent { kS8TrStep, kS8TrLast, kS8TrSIss, kS8TrOthP, kS8TrSDone, kS8T
                     kS8TrEvents };
 #ifdef HELIX_SS_TRACE
 __device__ long long g_s8_trace[kS8TrEvents][kTrTiles];
-#define S8_TRACE(ev, k)                                                                                          \
-  do {                                                                                                           \
-    if ((threadIdx.x & 127) == 0 && blockIdx.x == 0 && blockIdx.y == 0 && (k) >= 0 && (k) < kTrTiles) g_s8_trace[ev][k] = clock64(); \
-  } while (0)
-#else
-#define S8_TRACE(ev, k) \
-  do {                  \
-  } while (0)
 #endif
+#define S8_TRACE(ev, k) HELIX_TRACE_STAMP(g_s8_trace, ev, k, (threadIdx.x & 127) == 0)  // (mla_decode_seesaw.cuh)
 
 constexpr int kS8Bufs = 3;                   // raw tiles in the ring
 // setmaxnreg budgets (128 x (P + 2 C) <= 64 K): the TMA producer needs few; at mla_mid_q8's 40 / 232 the consumers

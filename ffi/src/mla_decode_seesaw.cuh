@@ -40,15 +40,17 @@ enum SsTraceEvent { kTrPart0, kTrPart1, kTrPart2, kTrStart, kTrRel, kTrFirst, kT
 #ifdef HELIX_SS_TRACE
 constexpr int kTrTiles = 256;
 __device__ long long g_ss_trace[kTrEvents][kTrTiles];
-#define SS_TRACE(ev, k, cond)                                                                            \
-  do {                                                                                                   \
-    if ((cond) && blockIdx.x == 0 && blockIdx.y == 0 && (k) >= 0 && (k) < kTrTiles) g_ss_trace[ev][k] = clock64(); \
+// Stamps event ev of tile k into table tab (any kernel's [events][kTrTiles] table) where cond holds in CTA (0, 0).
+#define HELIX_TRACE_STAMP(tab, ev, k, cond)                                                                  \
+  do {                                                                                                       \
+    if ((cond) && blockIdx.x == 0 && blockIdx.y == 0 && (k) >= 0 && (k) < kTrTiles) tab[ev][k] = clock64(); \
   } while (0)
 #else
-#define SS_TRACE(ev, k, cond) \
-  do {                        \
+#define HELIX_TRACE_STAMP(tab, ev, k, cond) \
+  do {                                      \
   } while (0)
 #endif
+#define SS_TRACE(ev, k, cond) HELIX_TRACE_STAMP(g_ss_trace, ev, k, cond)
 
 constexpr int kSsThreads = 384;
 constexpr int kSsTileBytes = kTileElems * 2;  // 73728
