@@ -8,7 +8,8 @@
 //   /tmp/mla_standalone [small]      (small: correctness only, for the sanitizers)
 //   -DHELIX_SS_TRACE: "load" first prints a clock64 timeline of the seesaw kernel (one CTA, tiles 40..47), and mode
 //   "s8trace" one of mla_mid_q8s (one CTA's two consumers, tiles 40..51, and the mean step per tile)
-//   m8rep V [N]: an fp8 mid kernel variant rerun N times on the ring-wrapping case, bitwise against the first run
+//   m8rep V [N [ws|out|none]]: an fp8 mid kernel variant rerun N times on the ring-wrapping case, bitwise against the
+//     first run; a differing run is traced to the segments (and CTAs) whose partials differ
 //   load [H [path]]: only the timing shapes with this H, only this load path
 // Quantized pages (fp8 / nvfp4, variants tile and pipe) are checked on random codes: the CPU reference
 // dequantizes them with the float32 formulas of helix_jax/quant.py, then runs the same double decode.
@@ -18,6 +19,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -495,14 +497,20 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc > 2 && std::strcmp(argv[1], "m8rep") == 0) {
-    // Determinism of the fp8 G*H > 16 kernels on the ring-wrapping case (16 x 8192 tokens, G=4, H=16): "m8rep V [N]"
-    // checks the first run against the double reference, then reruns N times (outputs poisoned before each) and counts
-    // the runs whose o / lse differ bitwise from the first (the workspace is poisoned before each run too: see below).
-    // compute-sanitizer's racecheck does not see TMA (async-proxy) writes, so a release that lets a refill overwrite
-    // bytes still being read shows up here, not there. V: as m8chk (RunMidVariant).
+    // Determinism of the fp8 G*H > 16 kernels on the ring-wrapping case (16 x 8192 tokens, G=4, H=16): "m8rep V [N [poison]]"
+    // checks the first run against the double reference, then reruns N times and counts the runs whose o / lse differ
+    // bitwise from the first. poison: "ws" (default: outputs and the workspace poisoned before every run, the workspace
+    // alternately with NaN bytes and zeros: under XLA it is a scratch buffer with whatever an earlier computation left),
+    // "out" (outputs only) or "none". A differing run is traced to the segment partials: each segment's o / lse partial is
+    // compared with the first run's, and the segments that differ are printed with their part (CTA), place in the part,
+    // tile counts and the tile index range (kbase) the CTA's ring had reached. compute-sanitizer's racecheck does not see
+    // TMA (async-proxy) writes, so a release that lets a refill overwrite bytes still being read shows up here, not there.
+    // V: as m8chk (RunMidVariant).
     const int V = std::atoi(argv[2]), N = argc > 3 ? std::atoi(argv[3]) : 20;
-    if (!IsMidVariant(V)) {
-      std::printf("m8rep: unknown variant %d (0, 128, 16384, 16512, 16896, 17920)\n", V);
+    const char* poison = argc > 4 ? argv[4] : "ws";
+    const bool pois_ws = std::strcmp(poison, "ws") == 0, pois_out = pois_ws || std::strcmp(poison, "out") == 0;
+    if (!IsMidVariant(V) || !(pois_out || std::strcmp(poison, "none") == 0)) {
+      std::printf("m8rep V [N [ws|out|none]]: unknown variant %d (0, 128, 16384, 16512, 16896, 17920) or poison %s\n", V, poison);
       return 2;
     }
     Case c = MakeCase(16, 4, 16, 64, std::vector<int>(16, 8192), 65);
@@ -512,29 +520,73 @@ int main(int argc, char** argv) {
     QParams qp = UploadQuant(qh);
     g_lse_tol = 3e-2;
     auto run = [&] { RunMidVariant(V, d, qp); };
-    // The workspace (plan tables, segment partials) is poisoned with NaN bytes before every run too: under XLA it is a
-    // scratch buffer with whatever an earlier computation left, so a read of a word this call did not write would
-    // show up as a difference here (here it would otherwise see the previous run's identical words).
-    const size_t nws = Layout(c.B, c.G * c.H).total;
-    CK(cudaMemset(d.ws, 0xFF, nws));
+    const int GH = c.G * c.H;
+    const WsLayout l = Layout(c.B, GH);
+    CK(cudaMemset(d.ws, 0xFF, l.total));
     const bool ok = RunChecked(c, d, scale, run);
-    const size_t no = (size_t)c.B * c.G * c.H * 512, nl = (size_t)c.B * c.G * c.H;
+    const size_t no = (size_t)c.B * GH * 512, nl = (size_t)c.B * GH;
     std::vector<uint16_t> o0(no), o1(no);
     std::vector<float> l0(nl), l1(nl);
     CK(cudaMemcpy(o0.data(), d.o, no * 2, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(l0.data(), d.lse, nl * 4, cudaMemcpyDeviceToHost));
+    // The first run's plan and segment partials (the plan is the same every run: bounds and SM count fixed).
+    std::vector<int2> batch(c.B), part(kMaxParts);
+    std::vector<int4> seg(c.B + kMaxParts);
+    CK(cudaMemcpy(batch.data(), d.ws + l.batch, c.B * sizeof(int2), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(part.data(), d.ws + l.part, kMaxParts * sizeof(int2), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(seg.data(), d.ws + l.seg, seg.size() * sizeof(int4), cudaMemcpyDeviceToHost));
+    const int nseg = batch[c.B - 1].x + batch[c.B - 1].y;
+    std::vector<uint16_t> po0((size_t)nseg * GH * 512), po1(po0.size());
+    std::vector<float> pl0((size_t)nseg * GH), pl1(pl0.size());
+    auto get_parts = [&](std::vector<uint16_t>& po, std::vector<float>& pl) {
+      CK(cudaMemcpy(po.data(), d.ws + l.o, po.size() * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(pl.data(), d.ws + l.lse, pl.size() * 4, cudaMemcpyDeviceToHost));
+    };
+    get_parts(po0, pl0);
     int differ = 0;
     for (int r = 0; r < N; ++r) {
-      CK(cudaMemset(d.o, 0xFF, no * 2));
-      CK(cudaMemset(d.lse, 0xFF, nl * 4));
-      CK(cudaMemset(d.ws, r & 1 ? 0x00 : 0xFF, nws));  // alternately zero and NaN bytes
+      if (pois_out) {
+        CK(cudaMemset(d.o, 0xFF, no * 2));
+        CK(cudaMemset(d.lse, 0xFF, nl * 4));
+      }
+      if (pois_ws) CK(cudaMemset(d.ws, r & 1 ? 0x00 : 0xFF, l.total));  // alternately zero and NaN bytes
       run();
       CK(cudaDeviceSynchronize());
       CK(cudaMemcpy(o1.data(), d.o, no * 2, cudaMemcpyDeviceToHost));
       CK(cudaMemcpy(l1.data(), d.lse, nl * 4, cudaMemcpyDeviceToHost));
-      differ += std::memcmp(o0.data(), o1.data(), no * 2) != 0 || std::memcmp(l0.data(), l1.data(), nl * 4) != 0;
+      if (std::memcmp(o0.data(), o1.data(), no * 2) == 0 && std::memcmp(l0.data(), l1.data(), nl * 4) == 0) continue;
+      if (++differ > 12) continue;  // the first 12 differing runs are traced
+      get_parts(po1, pl1);
+      std::printf("run %d differs; segments whose partials differ:\n", r + 1);
+      for (int si = 0; si < nseg; ++si) {
+        int rows = 0;
+        double dmax = 0, lmax = 0;
+        for (int q = 0; q < GH; ++q) {
+          const size_t row = (size_t)si * GH + q;
+          bool rd = std::memcmp(&pl0[row], &pl1[row], 4) != 0;
+          if (rd && std::isfinite(pl0[row]) && std::isfinite(pl1[row])) lmax = std::max(lmax, (double)std::fabs(pl0[row] - pl1[row]));
+          for (int k = 0; k < 512; ++k) {
+            const float a = Bf2F(po0[row * 512 + k]), b = Bf2F(po1[row * 512 + k]);
+            if (po0[row * 512 + k] != po1[row * 512 + k]) rd = true, dmax = std::max(dmax, (double)std::fabs(a - b));
+          }
+          rows += rd;
+        }
+        if (rows == 0) continue;
+        int q = 0;
+        while (q < kMaxParts && !(part[q].x <= si && si < part[q].y)) ++q;
+        int kbase = 0;
+        std::string segs;
+        for (int i = part[q].x; i < part[q].y; ++i) {
+          if (i < si) kbase += seg[i].z - seg[i].y;
+          segs += (segs.empty() ? "" : ",") + std::to_string(seg[i].z - seg[i].y);
+        }
+        std::printf("  segment %d (b %d, tiles %d..%d): part %d, place %d of [%s] tiles, kbase %d; %d rows differ, "
+                    "max |o diff| %.3g, max |lse diff| %.3g\n", si, seg[si].x, seg[si].y, seg[si].z, q, si - part[q].x,
+                    segs.c_str(), kbase, rows, dmax, lmax);
+      }
     }
-    std::printf("m8rep %d: reference check %s, %d of %d reruns differ bitwise from the first\n", V, ok ? "PASS" : "FAIL", differ, N);
+    std::printf("m8rep %d (poison %s): reference check %s, %d of %d reruns differ bitwise from the first\n", V, poison,
+                ok ? "PASS" : "FAIL", differ, N);
     FreeQuant(qp);
     Free(d);
     return ok && differ == 0 ? 0 : 1;

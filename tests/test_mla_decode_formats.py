@@ -273,11 +273,13 @@ def test_gpu_formats(fmt, implementation, B, G, H, P, lens, rng):
     check(case, o, lse, tol_o=1e-2, tol_lse=2e-2)    # bf16 P and output rounding, as the bf16 kernel
 
 
-# Ring-wrapping (16 x 8192 tokens, G*H = 64), two row tiles (H = 128) and a 16-row second tile on cp.async tiles.
+# Ring-wrapping (16 x 8192 tokens, G*H = 64), two row tiles (H = 128), a 16-row second tile on cp.async tiles, and the
+# small-G*H raw-tile kernels (G*H = 16: mla_small_q8 / mla_small_q4, TMA tiles read by every consumer thread).
 DETERMINISM_CASES = [
     (16, 4, 16, 64, [8192] * 16),
     (3, 1, 128, 64, [65536, 70, 1]),
     (2, 5, 16, 16, [3000, 70]),
+    (16, 1, 16, 64, [8192] * 16),
 ]
 
 
@@ -288,9 +290,8 @@ def test_gpu_ffi_formats_are_deterministic(fmt, B, G, H, P, lens, rng):
     """Identical FFI calls on quantized pages give bitwise-identical outputs. A result that changes between calls is a
     race; compute-sanitizer's racecheck does not see TMA (async-proxy) writes, so a ring slot released while still read
     shows up here (session 16: an earlier release in mla_mid_q8s changed 30 of 30 reruns, racecheck reported none).
-    Open (session 16, H200): with the library as it is, the fp8 ring-wrapping case failed here once (call 4 of 5
-    differed; benchmarks/NOTES.md, session 16, "an open race") while the standalone driver's rerun check of the same
-    kernel passed 30 of 30."""
+    It found the fp8 ring-wrapping case's race (session 17: generic loads of a ring slot still in flight when the slot
+    went back to the TMA producer; fixed by a proxy fence, benchmarks/NOTES.md)."""
     case = gpu_formats_case(fmt, rng, B, G, H, P, lens)
     o0, lse0 = run(case, "ffi")
     check(case, o0, lse0, tol_o=1e-2, tol_lse=2e-2)

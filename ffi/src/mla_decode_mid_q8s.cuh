@@ -279,7 +279,11 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
           Transpose4x4(y, x[0].y, x[1].y, x[2].y, x[3].y);
           a[kk][2][slot0] = y[0]; a[kk][2][slot1] = y[1]; a[kk][3][slot0] = y[2]; a[kk][3][slot1] = y[3];
         }
-      MbarArrive(&bars->empty[buf]);  // this thread's reads of the tile are done
+      // This thread's reads of the tile are done. They are generic-proxy loads and the refill is a TMA (async-proxy)
+      // write, so a proxy fence orders them first: without it ptxas issued the arrive with the loads still in flight and
+      // about one run in 80 had a segment's o changed (H200, standalone m8rep; session 17, benchmarks/NOTES.md).
+      FenceProxyAsync();
+      MbarArrive(&bars->empty[buf]);
       if constexpr ((kVar & 32768) != 0) {  // alternative register order: reg 1 = (row g, k + 16), reg 2 = (row g + 8, k)
 #pragma unroll
         for (int kk = 0; kk < 2; ++kk)

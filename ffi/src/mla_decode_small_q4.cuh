@@ -390,6 +390,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q4(Params p, Sched s, QParam
           xw[hh][0] = x.x; xw[hh][1] = x.y; yw[hh][0] = y.x; yw[hh][1] = y.y;
         }
         if (kk == 3) {  // every read of this buffer is done (S's wgmma read registers only): back to the producer
+          FenceProxyAsync();  // each lane's generic loads before the TMA refill (see mla_mid_q8s's pv)
           __syncwarp();
           if ((kVar & 256) || lane == 0) MbarArrive(&bars->empty[buf]);
         }

@@ -639,6 +639,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParam
           E4m3PairsToA<4, (kVar & 4) != 0>(a, xw, yw, hh, sel_lo, sel_hi);  // kVar bit 2 (probe): no conversion
         }
         if (kk == 3) {  // every read of this buffer is done (S's wgmma retired above): back to the producer
+          FenceProxyAsync();  // each lane's generic loads before the TMA refill (see mla_mid_q8s's pv)
           __syncwarp();
           if ((kVar & 256) || lane == 0) MbarArrive(&bars->empty[buf]);
         }
