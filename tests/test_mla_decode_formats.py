@@ -252,6 +252,15 @@ GPU_PARAMS = ([(impl,) + c for impl in ("ffi", "pallas") for c in GPU_CASES]
               + [("ffi",) + c for c in GPU_CASES_FFI_ONLY])
 
 
+def gpu_lse_tol(fmt, implementation):
+    """lse tolerance of the GPU format cases (natural log, absolute). 2e-2 (bf16 P and output rounding, as the bf16
+    kernel) except the CUDA kernels on fp8 pages, whose S runs on fp8 tensor cores: Q as E4M3 terms and the tensor cores'
+    short accumulator (~14 bits of a chain's largest product; mla_decode_cuda.cu, Fp8SFromEnv) put the lse up to
+    2.0e-2 off on these cases (H200, session 17: 1.1-2.0e-2 over six seeds of the G*H = 64 and G*H = 16 ring cases,
+    0.4-0.7e-2 where G*H > 64 takes the f32 chains) and up to 2.8e-2 on full-range codes (standalone driver): 3e-2."""
+    return 3e-2 if fmt == "fp8_e4m3" and implementation == "ffi" else 2e-2
+
+
 def gpu_formats_case(fmt, rng, B, G, H, P, lens):
     """A GPU case: bounds per token = len - (G-1) + j, some rows cut to 0, +1 on odd tokens; bf16 queries."""
     if jax.default_backend() != "gpu":
@@ -270,7 +279,7 @@ def gpu_formats_case(fmt, rng, B, G, H, P, lens):
 def test_gpu_formats(fmt, implementation, B, G, H, P, lens, rng):
     case = gpu_formats_case(fmt, rng, B, G, H, P, lens)
     o, lse = run(case, implementation)
-    check(case, o, lse, tol_o=1e-2, tol_lse=2e-2)    # bf16 P and output rounding, as the bf16 kernel
+    check(case, o, lse, tol_o=1e-2, tol_lse=gpu_lse_tol(fmt, implementation))
 
 
 # Ring-wrapping (16 x 8192 tokens, G*H = 64), two row tiles (H = 128), a 16-row second tile on cp.async tiles, and the
@@ -294,7 +303,8 @@ def test_gpu_ffi_formats_are_deterministic(fmt, B, G, H, P, lens, rng):
     went back to the TMA producer; fixed by a proxy fence, benchmarks/NOTES.md)."""
     case = gpu_formats_case(fmt, rng, B, G, H, P, lens)
     o0, lse0 = run(case, "ffi")
-    check(case, o0, lse0, tol_o=1e-2, tol_lse=2e-2)
+    tol_lse = gpu_lse_tol(fmt, "ffi")
+    check(case, o0, lse0, tol_o=1e-2, tol_lse=tol_lse)
     differ = []
     for call in range(2, 6):
         o, lse = run(case, "ffi")
@@ -303,7 +313,7 @@ def test_gpu_ffi_formats_are_deterministic(fmt, B, G, H, P, lens, rng):
             differ.append(f"call {call}: {len(rows)} (sequence, token) pairs differ, max |o - o_1| "
                           f"{np.nanmax(np.abs(o - o0)):.3g}")
         try:   # each call against the oracle too: how wrong a differing call is, not only whether it differs
-            check(case, o, lse, tol_o=1e-2, tol_lse=2e-2)
+            check(case, o, lse, tol_o=1e-2, tol_lse=tol_lse)
         except AssertionError as e:
             differ.append(f"call {call} vs the oracle: {e}".splitlines()[0])
     assert not differ, "; ".join(differ)
@@ -325,7 +335,7 @@ def test_gpu_r2_examples(fmt, implementation, H, rng):
         for name, bd in (("true", bounds), ("implicit", implicit)):
             c = dict(case, bounds=jnp.asarray(bd))
             outs[name], lse = run(c, implementation)
-            check(c, outs[name], lse, tol_o=1e-2, tol_lse=2e-2)
+            check(c, outs[name], lse, tol_o=1e-2, tol_lse=gpu_lse_tol(fmt, implementation))
         differ = bounds != implicit
         gap = np.abs(outs["true"] - outs["implicit"]).max(axis=(-1, -2))
         assert np.all(gap[differ] > 1e-2) and np.all(gap[~differ] == 0)

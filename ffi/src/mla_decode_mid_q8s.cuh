@@ -279,11 +279,6 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
           Transpose4x4(y, x[0].y, x[1].y, x[2].y, x[3].y);
           a[kk][2][slot0] = y[0]; a[kk][2][slot1] = y[1]; a[kk][3][slot0] = y[2]; a[kk][3][slot1] = y[3];
         }
-      // This thread's reads of the tile are done. They are generic-proxy loads and the refill is a TMA (async-proxy)
-      // write, so a proxy fence orders them first: without it ptxas issued the arrive with the loads still in flight and
-      // about one run in 80 had a segment's o changed (H200, standalone m8rep; session 17, benchmarks/NOTES.md).
-      FenceProxyAsync();
-      MbarArrive(&bars->empty[buf]);
       if constexpr ((kVar & 32768) != 0) {  // alternative register order: reg 1 = (row g, k + 16), reg 2 = (row g + 8, k)
 #pragma unroll
         for (int kk = 0; kk < 2; ++kk)
@@ -302,6 +297,12 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
 #pragma unroll
         for (int i = 0; i < 4; ++i) Wgmma_m64n64k32_e4m3_rs(oacc[i], a[kk][i], Desc(pta + 32 * kk, 16, 1024));
       WgCommit();
+      // This thread's reads of the tile are done (the wgmmas above consumed them). They are generic-proxy loads and the
+      // refill is a TMA (async-proxy) write, so a proxy fence orders them first: without it ptxas issued the arrive with
+      // the loads still in flight and about one run in 80 had a segment's o changed (H200, standalone m8rep; session 17,
+      // benchmarks/NOTES.md).
+      FenceProxyAsync();
+      MbarArrive(&bars->empty[buf]);
     };
 
     // Softmax of the owner's tile kg (S in sacc, retired): rows r0 / r1, log2 units; continues tile kg - 1's max / sum
