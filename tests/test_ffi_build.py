@@ -87,3 +87,40 @@ def test_tma_stream_probe_compiles_for_sm90a(tmp_path):
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-4000:]
     assert exe.exists()
+
+
+def _sass_check():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("sass_arrive_check", ROOT / "scripts" / "sass_arrive_check.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_sass_check_flags_a_release_with_loads_in_flight():
+    """scripts/sass_arrive_check.py on two excerpts of mla_mid_q8s's SASS (the V^T loads, then the ring slot's release):
+    before session 17's fix the arrival was issued with LDS.64 results outstanding (flagged); with the fence ptxas waits
+    for them at a MEMBAR (clean), and the same excerpt without its MEMBAR is flagged again."""
+    chk = _sass_check()
+    data = ROOT / "tests" / "data"
+    before = chk.functions((data / "sass_mid_q8s_release_unfenced.txt").read_text())
+    after_text = (data / "sass_mid_q8s_release_fenced.txt").read_text()
+    after = chk.functions(after_text)
+    assert len(before) == len(after) == 1
+    (hits,) = [chk.arrivals_with_loads_in_flight(v) for v in before.values()]
+    assert len(hits) == 1 and "SYNCS.ARRIVE" in hits[0][1] and len(hits[0][2]) >= 3, hits
+    assert "LDS" in after_text and all(not chk.arrivals_with_loads_in_flight(v) for v in after.values())
+    no_membar = chk.functions("\n".join(l for l in after_text.splitlines() if "MEMBAR" not in l))
+    assert all(chk.arrivals_with_loads_in_flight(v) for v in no_membar.values())
+
+
+@pytest.mark.skipif(_nvcc() is None, reason="nvcc is not installed on this machine")
+def test_cuda_library_releases_wait_for_their_shared_loads():
+    """No mbarrier arrival in the built CUDA library is issued while a shared-memory load is in flight: a ring slot read
+    with ordinary loads goes back to its TMA producer only after a proxy fence (the fp8 race of session 17)."""
+    chk = _sass_check()
+    path = _ffi.find_library("cuda")
+    assert path is not None, f"nvcc is present but the CUDA FFI library is missing: run `{_ffi.BUILD_COMMAND}`"
+    assert chk.find_cuobjdump() is not None, "cuobjdump missing: install the test extra (nvidia-cuda-cuobjdump)"
+    bad, n = chk.check_library(path)
+    assert n > 20 and not bad, {name: hits[:2] for name, hits in bad.items()}
