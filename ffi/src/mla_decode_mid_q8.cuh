@@ -317,10 +317,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8(Params p, Sched s, QParams 
           const uint32_t xw[2] = {x.x, x.y}, yw[2] = {y.x, y.y};
           E4m3PairsToA<2, (kVar & 4) != 0>(a, xw, yw, hh, sel_lo, sel_hi);  // kVar bit 2 (probe): no conversion
         }
-        if (kk == 3) {  // this thread's reads of the tile are done (S retired above); generic loads before a TMA refill
-          FenceProxyAsync();  // (see mla_mid_q8s's pv)
-          MbarArrive(&bars->empty[buf]);
-        }
+        if (kk == 3) ReleaseAfterLoads(&bars->empty[buf]);  // this thread's reads of the tile are done (S retired above)
         WgFence();
 #pragma unroll
         for (int i = 0; i < 4; ++i)

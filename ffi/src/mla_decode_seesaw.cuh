@@ -71,6 +71,21 @@ __device__ __forceinline__ void MbarInit(uint64_t* b, int count) {
 __device__ __forceinline__ void MbarArrive(uint64_t* b) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(SmemAddr(b)) : "memory");
 }
+// Gives back a TMA-filled buffer that this thread read with ordinary (generic-proxy) loads. The refill is an async-proxy
+// write, so a proxy fence in every reading thread orders the loads first: without it ptxas issued the arrival with loads
+// still in flight, and about one mla_mid_q8s run in 80 read a refilled slot (H200, session 17, benchmarks/NOTES.md;
+// scripts/sass_arrive_check.py keeps the rule). kWarp: the warp arrives once (lane 0, or every lane where `each`)
+// after all its lanes fenced. Buffers read only by wgmma need no fence (same proxy, retired by wgmma.wait_group).
+template <bool kWarp = false>
+__device__ __forceinline__ void ReleaseAfterLoads(uint64_t* b, bool each = false) {
+  FenceProxyAsync();
+  if constexpr (kWarp) {
+    __syncwarp();
+    if (each || (threadIdx.x & 31) == 0) MbarArrive(b);
+  } else {
+    MbarArrive(b);
+  }
+}
 // Cluster helpers (kLoad 3). The non-aligned barrier.cluster forms: producer lanes reach them apart.
 __device__ __forceinline__ uint32_t ClusterRank() {
   uint32_t r;

@@ -389,11 +389,8 @@ __global__ void __launch_bounds__(384, 1) mla_small_q4(Params p, Sched s, QParam
           sf2[hh] = Sf2(vsf[t * 32], vsf[(t + 1) * 32]);
           xw[hh][0] = x.x; xw[hh][1] = x.y; yw[hh][0] = y.x; yw[hh][1] = y.y;
         }
-        if (kk == 3) {  // every read of this buffer is done (S's wgmma read registers only): back to the producer
-          FenceProxyAsync();  // each lane's generic loads before the TMA refill (see mla_mid_q8s's pv)
-          __syncwarp();
-          if ((kVar & 256) || lane == 0) MbarArrive(&bars->empty[buf]);
-        }
+        // kk == 3: every read of this buffer is done (S's wgmma read registers only): back to the producer
+        if (kk == 3) ReleaseAfterLoads<true>(&bars->empty[buf], (kVar & 256) != 0);
 #pragma unroll
         for (int q = 0; q < 2; ++q) {  // code bytes 4 q .. 4 q + 3 of the 8: m-blocks 4 q .. 4 q + 3
           if (2 * kk + q >= 2) WgWait<1>();

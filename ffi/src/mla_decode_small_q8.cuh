@@ -638,11 +638,8 @@ __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParam
           const uint32_t xw[4] = {x.x, x.y, x.z, x.w}, yw[4] = {y.x, y.y, y.z, y.w};
           E4m3PairsToA<4, (kVar & 4) != 0>(a, xw, yw, hh, sel_lo, sel_hi);  // kVar bit 2 (probe): no conversion
         }
-        if (kk == 3) {  // every read of this buffer is done (S's wgmma retired above): back to the producer
-          FenceProxyAsync();  // each lane's generic loads before the TMA refill (see mla_mid_q8s's pv)
-          __syncwarp();
-          if ((kVar & 256) || lane == 0) MbarArrive(&bars->empty[buf]);
-        }
+        // kk == 3: every read of this buffer is done (S's wgmma retired above): back to the producer
+        if (kk == 3) ReleaseAfterLoads<true>(&bars->empty[buf], (kVar & 256) != 0);
         WgFence();
 #pragma unroll
         for (int i = 0; i < 8; ++i)
