@@ -381,6 +381,16 @@ def test_gpu_fp8_mid_kernel_variants(variant):
 
 
 @pytest.mark.gpu
+def test_gpu_nvfp4_pipe_variant():
+    """HELIX_MLA_DECODE_DEQUANT=pipe keeps nvfp4 pages at G*H > 16 on the 64-row dequantizing kernel (the default there
+    is the seesaw kernel with a decoding producer where the page size is a multiple of 64, session 18); it passes
+    every nvfp4 FFI GPU format case and the R2 examples."""
+    rc, out, err = _formats_subprocess({"HELIX_MLA_DECODE_DEQUANT": "pipe"},
+                                       "(test_gpu_formats or test_gpu_r2_examples) and nvfp4 and ffi")
+    assert rc == 0 and " passed" in out, out[-4000:] + err[-4000:]
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("var,value,message", [
     ("HELIX_MLA_DECODE_FP8_S", "bf16", "HELIX_MLA_DECODE_FP8_S must be auto, fast or f32"),
     ("HELIX_MLA_DECODE_MID8", "fast", "HELIX_MLA_DECODE_MID8 must be auto, seesaw or lockstep"),

@@ -1172,7 +1172,9 @@ inline int EnvChoice(const char* var, std::initializer_list<EnvName> names) {
 //   auto (default): where G*H <= 16, fp8 pages run mla_small_q8 (raw E4M3 tiles into the tensor cores, Q as two
 //     E4M3 terms; B=64, H=16, G=1, L=64K on the H200: 1.8x the bf16 kernel) and nvfp4 pages mla_small_q4 (raw
 //     E2M1 tiles, both products' A operands decoded in registers); where G*H > 16, fp8 pages run mla_mid_q8s
-//     (consumers alternating raw tiles, PV on E4M3 tensor cores) or mla_mid_q8 (HELIX_MLA_DECODE_MID8), nvfp4 pages pipe;
+//     (consumers alternating raw tiles, PV on E4M3 tensor cores) or mla_mid_q8 (HELIX_MLA_DECODE_MID8), nvfp4 pages
+//     the seesaw kernel with a decoding producer where P % 64 == 0 (mla_seesaw kLoad 4: TMA raw tiles decoded in
+//     place into the 16-bit tiles; 1.1x pipe on the H200, session 18), else pipe;
 //   small8, small4: same as auto;
 //   small: the producer-dequantizing small-G*H kernel for both formats where G*H <= 16, else pipe;
 //   tile: all threads dequantize the whole staged tile, barrier, then S (simple, one more barrier);
@@ -1471,8 +1473,17 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
       return e != cudaSuccess ? e : LaunchKernel(kernel, grid, dim3(384), kSmem, stream, nullptr, p, s, qp, maps);
     };
     if ((err = tma ? launch(std::true_type{}) : launch(std::false_type{})) != cudaSuccess) return err;
+  } else if constexpr (kMode == kSeesaw && kFmt == kFmtNvfp4) {
+    // nvfp4 pages, G*H > 16, P % 64 == 0 (Launch checks): the decoding producer (kLoad 4), TMA raw tiles, no clusters.
+    static_assert(kFmt == kFmtNvfp4, "the seesaw kernel decodes nvfp4 pages only");
+    Q4Maps maps{};
+    if ((err = EncodeQ4Maps(p, qp, &maps)) != cudaSuccess) return err;
+    constexpr auto kernel = mla_seesaw<kBf16, kVar & 7, 4>;
+    if ((err = OptInSharedMemory(kernel, kSsSmemBytes, ready)) != cudaSuccess) return err;
+    if ((err = LaunchKernel(kernel, grid, dim3(kSsThreads), kSsSmemBytes, stream, nullptr, p, s, maps, qp)) != cudaSuccess)
+      return err;
   } else if constexpr (kMode == kSeesaw) {
-    static_assert(kFmt == kFmtNative, "the seesaw kernel reads 16-bit pages");
+    static_assert(kFmt == kFmtNative, "the seesaw kernel reads 16-bit or nvfp4 pages");
     constexpr int kV = kVar & 7;
     const int load = SeesawLoad<kBf16>(p, mtiles, kVar);
     if (load < 0) return cudaErrorInvalidValue;  // Launch checks the variable first and names it
@@ -1485,9 +1496,10 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
     if ((err = OptInSharedMemory(kernels[load], kSsSmemBytes, ready_by_load[load])) != cudaSuccess) return err;
     if (load == 3) {  // clusters of the two row tiles of a part (the caller sized num_parts: SeesawClusterParts)
       const cudaLaunchAttribute attr = SeesawPairAttr();
-      return LaunchKernel(kernels[load], grid, dim3(kSsThreads), kSsSmemBytes, stream, &attr, p, s, maps);
+      return LaunchKernel(kernels[load], grid, dim3(kSsThreads), kSsSmemBytes, stream, &attr, p, s, maps, QParams{});
     }
-    if ((err = LaunchKernel(kernels[load], grid, dim3(kSsThreads), kSsSmemBytes, stream, nullptr, p, s, maps)) != cudaSuccess)
+    if ((err = LaunchKernel(kernels[load], grid, dim3(kSsThreads), kSsSmemBytes, stream, nullptr, p, s, maps, QParams{})) !=
+        cudaSuccess)
       return err;
   } else {
     if ((err = OptInSharedMemory(mla_split_kv<kBf16, kMode, kFmt>, kSmemBytes, ready)) != cudaSuccess) return err;
@@ -1547,6 +1559,8 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
       else HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ8, kFmt>(p, s, num_parts, mtiles, stream, qp)));
     }
     if constexpr (kFmt == kFmtNvfp4) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ4, kFmt>(p, s, num_parts, mtiles, stream, qp)));
+  } else if (kFmt == kFmtNvfp4 && mode == kSmallQ8 && p.P % kTokTile == 0) {  // nvfp4, G*H > 16: the decoding seesaw
+    if constexpr (kFmt == kFmtNvfp4) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmt>(p, s, num_parts, mtiles, stream, qp)));
   } else if (kFmt == kFmtFp8 && mode == kSmallQ8) {  // fp8, G*H > 16: mla_mid_q8s / mla_mid_q8, one CTA per 64 rows
     if constexpr (kFmt == kFmtFp8) {
       // HELIX_MLA_DECODE_MID8 picks the kernel, HELIX_MLA_DECODE_FP8_S its S accumulation (512: chains added in f32).

@@ -23,6 +23,9 @@
 // swizzle is exactly TileOff's layout), completion by transaction count on the same per-block mbarriers
 // (2: with an L2 evict-first hint). A sequence's last, partial tile still goes through cp.async, which
 // zero-fills the slots past the bound (a pool slot past it may hold anything, NaN included).
+// 4 = nvfp4 pages (P % 64 == 0): the producer TMA-loads a tile's raw codes and scales into the tail of its buffer and
+// decodes them in place into the 16-bit tile (Nv4DecodeTile), so the consumers run unchanged on exact bf16 / f16
+// values (e2m1 * E4M3 scale); the global scale folds into the logit scale and the output.
 // 3 = TMA evict-first with multicast over a cluster of two CTAs (1 x 2 x 1: the two row tiles of a part, which
 // walk the same segments): each CTA issues every other block of a whole tile to both CTAs' shared memory, so a
 // KV tile crosses L2 -> SM once per pair instead of once per row tile. A buffer part may then only be
@@ -55,6 +58,9 @@ __device__ long long g_ss_trace[kTrEvents][kTrTiles];
 constexpr int kSsThreads = 384;
 constexpr int kSsTileBytes = kTileElems * 2;  // 73728
 constexpr int kSsProducerRegs = 40, kSsConsumerRegs = 232;  // setmaxnreg budgets (see the producer)
+// kLoad 4: the decoding producer's registers set its pace (H200, session 18: 40 / 232 and 56 / 224 spilled in the decode,
+// 72 / 216 was 1-5 % slower than 88 / 208, which compiles without spills in either region).
+constexpr int kSsNv4ProducerRegs = 88, kSsNv4ConsumerRegs = 208;
 constexpr int kSsSmemBytes = 3 * kSsTileBytes + 2 * 64 * 4 + 2 * 2 * 64 * 4 + 32 * 8 + 1024;
 
 struct SsBars {
@@ -63,6 +69,7 @@ struct SsBars {
   // arrivals), [1] the rope/P block, [2] the other V half (both WGs: 256); multicast: one per warp and CTA
   uint64_t empty[2][3];
   uint64_t q_full, q_empty;
+  uint64_t raw[2];  // kLoad 4: a buffer's raw nvfp4 bytes (1 arrival + 20736 bytes)
 };
 
 __device__ __forceinline__ void MbarInit(uint64_t* b, int count) {
@@ -157,6 +164,142 @@ __device__ __forceinline__ void TmaLoad2dMc(void* dst, const CUtensorMap* map, i
 struct SsMaps {
   CUtensorMap lat, rope;
 };
+// Tensor maps of an nvfp4 pool (TMA loads, P % 64 == 0; mla_small_q4 and the seesaw kernel's decoding producer):
+// latent codes [N*P rows, 256 B], box 128 B x 64, 128-byte swizzle; rope codes and latent scales [N*P rows, 32 B],
+// box 32 B x 64, no swizzle. The rope scales (4 B per row: no tensor map, a row stride must be a multiple of 16 B)
+// come by a 256-byte bulk copy.
+struct Q4Maps {
+  CUtensorMap lat, rope, lsf;
+};
+template <int kLoad>
+using SsMapsT = std::conditional_t<kLoad == 4, Q4Maps, SsMaps>;
+
+// One 1-D bulk copy global -> shared (16-byte multiples, 16-byte aligned), completing its bytes on bar.
+__device__ __forceinline__ void BulkLoad(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               ::"r"(SmemAddr(dst)), "l"(src), "r"(bytes), "r"(SmemAddr(bar)) : "memory");
+}
+
+// Four E2M1 codes (low 16 bits of w; code i in nibble i) -> two f16x2 words, exact. E2M1 magnitudes as f16
+// have a zero low byte, so one byte permute looks the four high bytes up (prmt, 3-bit magnitude as selector);
+// a second permute with the whole nibble as selector (bit 3 = "replicate the byte's sign" mode) on 0x80
+// bytes gives 0xFF for negative codes, 0x80 otherwise, i.e. the sign bit after a shift.
+__device__ __forceinline__ void E2m1x4ToF16(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  const uint32_t mag = Prmt(0x3E3C3800u, 0x46444240u, w & 0x7777u);
+  const uint32_t neg = Prmt(0x80808080u, 0x80808080u, w & 0xFFFFu);
+  const uint32_t h4 = mag | ((neg << 1) & 0x80808080u);
+  lo = Prmt(h4, 0u, 0x1404u);
+  hi = Prmt(h4, 0u, 0x3424u);
+}
+// The same in the kernel's 16-bit type: bf16 magnitudes (0, 0.5, 1, 1.5 | 2, 3, 4, 6) need their low bytes too
+// (00 00 80 C0 | 00 40 80 C0), a second lookup with the same selector.
+template <bool kBf16>
+__device__ __forceinline__ void E2m1x4To16(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  if constexpr (!kBf16) {
+    E2m1x4ToF16(w, lo, hi);
+  } else {
+    const uint32_t sel = w & 0x7777u;
+    const uint32_t mag = Prmt(0x3F3F3F00u, 0x40404040u, sel), low = Prmt(0xC0800000u, 0xC0804000u, sel);
+    const uint32_t neg = Prmt(0x80808080u, 0x80808080u, w & 0xFFFFu);
+    const uint32_t h4 = mag | ((neg << 1) & 0x80808080u);
+    lo = Prmt(low, h4, 0x5140u);
+    hi = Prmt(low, h4, 0x7362u);
+  }
+}
+// Two 16-bit values times one pair, exact here (e2m1 * E4M3 scale: <= 6 significant bits in [2^-10, 2688]); f16
+// without .ftz (subnormals kept).
+template <bool kBf16>
+__device__ __forceinline__ uint32_t Mul16x2(uint32_t a, uint32_t b) {
+  if constexpr (!kBf16) return MulF16x2(a, b);
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// nvfp4 pages in the seesaw kernel (kLoad 4, P % 64 == 0): a tile's raw bytes (20736 B: Q4Maps' boxes and the rope
+// scales' bulk copy) land in the tail of its own 72 KB buffer and the producer warpgroup decodes them in place into
+// the 16-bit tile the consumers read, block by block in S order (0..8). Blocks 0-5 lie below the raw bytes; block
+// 6 covers the scales and rope codes (every thread holds its own in registers before it is written), block 7 the
+// latent codes of blocks 0-3, block 8 those of blocks 4-7 (a producer barrier before each of 6 and 8).
+constexpr int kNv4RawBytes = kTokTile * 324;
+constexpr int kNv4LsfOff = 52992, kNv4RopeOff = kNv4LsfOff + 2048, kNv4RsfOff = kNv4RopeOff + 2048;
+constexpr int kNv4LatOff = kNv4RsfOff + 256;  // two 8 KB boxes: latent blocks 0-3, 4-7 (128-byte swizzle)
+static_assert(kNv4LatOff == 7 * kBlockBytes && kNv4LatOff + 2 * kBlockBytes == 9 * kBlockBytes,
+              "the latent codes fill blocks 7 and 8, 1024-aligned");
+static_assert(kNv4LsfOff >= 6 * kBlockBytes && kNv4LsfOff % 128 == 0 && kNv4RopeOff % 128 == 0 && kNv4RsfOff % 128 == 0,
+              "blocks 0-5 lie below the raw bytes; TMA destinations 128-byte aligned");
+static_assert(kNv4LatOff + 2 * kBlockBytes - kNv4LsfOff == kNv4RawBytes, "raw tile layout");
+
+// This thread's part of the decode: token t of the tile (zeros where !valid: past the sequence's bound the page may
+// hold anything, NaN scales included), dims 32 h .. 32 h + 31 of every 64-dim block (two 16-value scale groups),
+// written as four 16-byte chunks per block (TileOff layout; 8 consecutive tokens hit 8 bank groups, as do the
+// swizzled code loads). Arrives on full[c] once block c is written.
+template <bool kBf16>
+__device__ __forceinline__ void Nv4DecodeTile(unsigned char* buf, uint64_t* full, int t, int h, bool valid) {
+  uint16_t* d = reinterpret_cast<uint16_t*>(buf);
+  // Scales of the thread's groups (4c + 2h, 4c + 2h + 1 of the token's 32: block c in half c & 1 of sf[c >> 1]);
+  // with the rope codes and their two scales (read after block 5) they are read before block 6 overwrites them.
+  const uint4 sfa = *reinterpret_cast<const uint4*>(buf + kNv4LsfOff + t * 32);
+  const uint4 sfb = *reinterpret_cast<const uint4*>(buf + kNv4LsfOff + t * 32 + 16);
+  const uint32_t hs = h ? 0x7632u : 0x5410u;
+  const uint32_t sf[4] = {Prmt(sfa.x, sfa.y, hs), Prmt(sfa.z, sfa.w, hs), Prmt(sfb.x, sfb.y, hs), Prmt(sfb.z, sfb.w, hs)};
+  auto block = [&](int c, const uint4& raw, uint32_t s2) {  // s2: the two E4M3 scales in its low 16 bits
+    uint32_t h2;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"((unsigned short)(s2 & 0xFFFFu)));
+    uint32_t sA, sB;
+    if constexpr (kBf16) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h2));
+      sA = Pack2<true>(f.x, f.x);  // every E4M3 value is a bf16 value
+      sB = Pack2<true>(f.y, f.y);
+    } else {
+      sA = Prmt(h2, 0u, 0x1010u);
+      sB = Prmt(h2, 0u, 0x3232u);
+    }
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    if (!valid) {  // (divergent only in a sequence's last tile)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) StShared16(d + TileOff(t, 8 * c + 4 * h + k), 0u, 0u, 0u, 0u);
+      return;
+    }
+    uint32_t o[4][4];  // all four words decoded before the stores: independent chains for the scheduler
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      E2m1x4To16<kBf16>(w[k], o[k][0], o[k][1]);
+      E2m1x4To16<kBf16>(w[k] >> 16, o[k][2], o[k][3]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[k][i] = Mul16x2<kBf16>(o[k][i], k < 2 ? sA : sB);
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) StShared16(d + TileOff(t, 8 * c + 4 * h + k), o[k][0], o[k][1], o[k][2], o[k][3]);
+  };
+  auto codes = [&](int c) {  // latent codes of block c: 16 bytes of the token's row in its box (128-byte swizzle)
+    const int unit = (c & 3) * 2 + h;
+    return *reinterpret_cast<const uint4*>(buf + kNv4LatOff + (c >> 2) * kBlockBytes + t * 128 + ((unit ^ (t & 7)) << 4));
+  };
+  // Each block's code load is consumed before its arrival; the scale loads above and the rope loads are waited for
+  // by a proxy fence after blocks 0 and 6, so no arrival leaves a shared-memory load in flight
+  // (scripts/sass_arrive_check.py). Formally only the last arrival needs one: the buffer returns to the TMA after the
+  // consumers saw full[8].
+  uint4 rope;
+  uint32_t rsf;
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+    if (c == 6) {
+      rope = *reinterpret_cast<const uint4*>(buf + kNv4RopeOff + t * 32 + h * 16);
+      rsf = *reinterpret_cast<const uint16_t*>(buf + kNv4RsfOff + t * 4 + h * 2);
+      NamedBarSync(4, 128);  // every thread's scale / rope reads (block 6's bytes), block 0-3 code reads (7's)
+    }
+    block(c, codes(c), sf[c >> 1] >> (16 * (c & 1)));
+    if (c == 0 || c == 6) FenceProxyAsync();
+    MbarArrive(&full[c]);
+  }
+  NamedBarSync(4, 128);  // block 4-7 code reads (block 8's bytes) done
+  block(8, rope, rsf);
+  // The buffer goes back to the TMA producer after the consumers are done with it: this thread's generic reads and
+  // writes of it come first (proxy fence; benchmarks/NOTES.md, session 17).
+  FenceProxyAsync();
+  MbarArrive(&full[8]);
+}
 
 template <bool kBf16>
 __device__ __forceinline__ void WgmmaS64(float (&d)[8][4], uint64_t da, uint64_t db) {
@@ -212,8 +355,12 @@ __device__ __forceinline__ int2 RefillPart(SsBars* bars, int buf, int u, int own
 // kVar (timing probes of the standalone driver only; not correct kernels): bit 0 drops the consumer's
 // proxy fence after each block's mbarrier wait; bit 1: consumers do no math (wait for each tile, release
 // it): the load pipeline alone; bit 2: the producer copies nothing (arrives only): the math alone.
+// kLoad 4: nvfp4 pages (qp; P % 64 == 0), decoded by the producer warpgroup into the 16-bit tiles (Nv4DecodeTile):
+// each buffer is refilled whole once all three roles released it, the consumers' S runs over blocks 0..8 in order,
+// and the logits and the output take fl32(1 / global_scale) as mla_split_kv's.
 template <bool kBf16, int kVar = 0, int kLoad = 0>
-__global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, const __grid_constant__ SsMaps maps) {
+__global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, const __grid_constant__ SsMapsT<kLoad> maps,
+                                                             QParams qp) {
   PlanThisPart(p, s);  // first: waits for the inputs (PDL); ptxas spilled more with anything live across it
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
@@ -223,10 +370,11 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
   float* sL = sM + 2 * 64;                                        // [2 (segment parity)][2 (WG)][64]
   SsBars* bars = reinterpret_cast<SsBars*>(sL + 2 * 2 * 64);
 
-  constexpr bool kMc = kLoad == 3;
+  constexpr bool kMc = kLoad == 3, kNv4 = kLoad == 4;
   if (threadIdx.x == 0) {
     for (int b = 0; b < 2; ++b) {
-      for (int c = 0; c < 9; ++c) MbarInit(&bars->full[b][c], kLoad ? 1 : 128);
+      for (int c = 0; c < 9; ++c) MbarInit(&bars->full[b][c], kLoad && !kNv4 ? 1 : 128);
+      if constexpr (kNv4) MbarInit(&bars->raw[b], 1);
       for (int c = 0; c < 3; ++c) MbarInit(&bars->empty[b][c], c == 0 ? (kMc ? 8 : 128) : (kMc ? 16 : 256));
     }
     MbarInit(&bars->q_full, 128);
@@ -247,9 +395,10 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
     // 128 x 40 + 256 x 232 = 384 x 168, the registers the CTA is launched with (ptxas's count under
     // __launch_bounds__(384, 1)): a larger sum makes the consumers' increase wait forever. The TMA path's
     // producer spills a few words at 40 (outside the copies).
-    static_assert(128 * kSsProducerRegs + 256 * kSsConsumerRegs <= kSsThreads * ((65536 / kSsThreads) & ~7),
+    static_assert(128 * kSsProducerRegs + 256 * kSsConsumerRegs <= kSsThreads * ((65536 / kSsThreads) & ~7) &&
+                      128 * kSsNv4ProducerRegs + 256 * kSsNv4ConsumerRegs <= kSsThreads * ((65536 / kSsThreads) & ~7),
                   "setmaxnreg budgets exceed the registers the CTA is launched with");
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kSsProducerRegs));
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kNv4 ? kSsNv4ProducerRegs : kSsProducerRegs));
     const int pt = threadIdx.x - 256, hh = pt & 1;
     uint64_t pol = 0;
     if constexpr (kLoad >= 2) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
@@ -257,6 +406,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       if (pt == 0) {
         PrefetchTensorMap(&maps.lat);
         PrefetchTensorMap(&maps.rope);
+        if constexpr (kNv4) PrefetchTensorMap(&maps.lsf);
       }
     }
     int k = 0, sc = 0, pown0 = 0, pown1 = 0;  // pown*: owner of the last tile loaded into buffer 0 / 1
@@ -279,7 +429,34 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         if constexpr (kVar & 4) MbarArrive(&bars->q_full); else CpAsyncMbarArrive(&bars->q_full);
       }
       const int cq = pt & 7, tg = pt >> 3;
-      if constexpr (kLoad != 0) {
+      if constexpr (kNv4) {
+        // nvfp4: thread 0 issues each raw tile into the tail of its buffer once all three roles released it (page id
+        // read a tile ahead); all 128 threads decode it (a partial last tile too: rows past the bound, inside the same
+        // valid page, decode to zeros). Issuing the next tile's raw bytes during this tile's decode needs the other
+        // consumer to release the buffer's previous tile before the rest of this tile's S: measured slower (NOTES).
+        auto page_of = [&](int t0) { return min(max(__ldg(p.page_table + (long long)b * p.npp + t0 / p.P), 0), p.N - 1); };
+        int pg_next = pt == 0 ? page_of(blk0 * kTokTile) : 0;
+        for (int j = 0; j < n; ++j, ++k) {
+          const int buf = k & 1, u = k >> 1, t0 = (blk0 + j) * kTokTile;
+          unsigned char* dst = kbuf + buf * kSsTileBytes;
+          if (pt == 0) {
+            const int y = pg_next * p.P + t0 % p.P;
+            if (j + 1 < n) pg_next = page_of(t0 + kTokTile);
+            if (u >= 1)
+              for (int r = 0; r < 3; ++r) MbarWait(&bars->empty[buf][r], (u - 1) & 1);
+            MbarArriveExpectTx(&bars->raw[buf], kNv4RawBytes);
+            TmaLoad2d<false>(dst + kNv4LatOff, &maps.lat, 0, y, &bars->raw[buf], 0);
+            TmaLoad2d<false>(dst + kNv4LatOff + kBlockBytes, &maps.lat, 128, y, &bars->raw[buf], 0);
+            TmaLoad2d<false>(dst + kNv4RopeOff, &maps.rope, 0, y, &bars->raw[buf], 0);
+            TmaLoad2d<false>(dst + kNv4LsfOff, &maps.lsf, 0, y, &bars->raw[buf], 0);
+            BulkLoad(dst + kNv4RsfOff, qp.rope_sf + (size_t)y * (kDr / 16), kTokTile * 4, &bars->raw[buf]);
+          }
+          MbarWait(&bars->raw[buf], u & 1);  // (after thread 0's empty waits: ordered behind the consumers' reads)
+          Nv4DecodeTile<kBf16>(dst, bars->full[buf], pt & 63, pt >> 6, t0 + (pt & 63) < len);
+        }
+        ++sc;
+        continue;
+      } else if constexpr (kLoad != 0) {
         // TMA: warp 0 waits, its lane 0 issues whole tiles (page id read one tile ahead); a partial last tile goes through
         // cp.async by all 128 threads (zero fill past len), each waits for its own copies, and after a
         // producer barrier thread 0 arrives once per block (count 1, as for TMA). Once per segment.
@@ -376,12 +553,14 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
   }
 
   // ---------------- consumers (wg 0: output columns 0..255, wg 1: 256..511) ----------------
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kSsConsumerRegs));
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kNv4 ? kSsNv4ConsumerRegs : kSsConsumerRegs));
   const int w = wg;
   const int wt = threadIdx.x & 127, lane = threadIdx.x & 31;
   const int lr0 = (wt >> 5) * 16 + (lane >> 2), lr1 = lr0 + 8;
   const uint32_t qa = SmemAddr(sQ), kb0 = SmemAddr(kbuf);
   constexpr uint32_t lbo = kBlockBytes, sbo = 1024;
+  // nvfp4: codes * block scales are the pool's values times the global scale (helix_jax/quant.py)
+  const float out_mul = kNv4 ? __frcp_rn(__ldg(qp.kv_scale)) : 1.f, sl2 = p.scale_log2 * out_mul;
   int kbase = 0, sc = 0;
   // Releases role `part` (see SsBars::empty) of KV buffer `buf` (kMc: one lane per warp on this CTA's
   // barrier, one on the peer's; the warp is converged at every call site and its wgmma reads have completed).
@@ -502,7 +681,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       FenceRegs(sc4);
 #pragma unroll
       for (int q = 0; q < 9; ++q) {
-        const int c = q < 4 ? w * 4 + q : q == 4 ? 8 : (1 - w) * 4 + (q - 5);
+        const int c = kNv4 ? q : q < 4 ? w * 4 + q : q == 4 ? 8 : (1 - w) * 4 + (q - 5);
         if (q == 4) {
           // S_j's own V half (refilled first) is one commit group; the other WG's tile j-1 is taken here,
           // while it runs: wait for softmax_{j-1}, issue PV_{j-1}, then the rest of S_j.
@@ -541,8 +720,8 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int t = tok0 + nt * 8 + e;
-          sc4[nt][e] = t < bnd0 ? sc4[nt][e] * p.scale_log2 : -INFINITY;
-          sc4[nt][2 + e] = t < bnd1 ? sc4[nt][2 + e] * p.scale_log2 : -INFINITY;
+          sc4[nt][e] = t < bnd0 ? sc4[nt][e] * sl2 : -INFINITY;
+          sc4[nt][2 + e] = t < bnd1 ? sc4[nt][2 + e] * sl2 : -INFINITY;
           mx0 = fmaxf(mx0, sc4[nt][e]);
           mx1 = fmaxf(mx1, sc4[nt][2 + e]);
         }
@@ -634,7 +813,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
     MbarArrive(&bars->q_empty);  // every S of this segment has completed: Q may be reloaded
     NamedBarSync(3, 256);
     const float L0 = sLs[lr0] + sLs[64 + lr0], L1 = sLs[lr1] + sLs[64 + lr1];
-    const float inv0 = L0 > 0.f ? 1.f / L0 : 0.f, inv1 = L1 > 0.f ? 1.f / L1 : 0.f;
+    const float inv0 = L0 > 0.f ? out_mul / L0 : 0.f, inv1 = L1 > 0.f ? out_mul / L1 : 0.f;
     StPartRow<kBf16>(p.o_part + ((long long)si * p.GH + gr0) * kDl + w * 256, acc, 0, inv0, lane, gr0 < p.GH);
     StPartRow<kBf16>(p.o_part + ((long long)si * p.GH + gr1) * kDl + w * 256, acc, 1, inv1, lane, gr1 < p.GH);
     if (w == 0 && (lane & 3) == 0) {

@@ -198,18 +198,6 @@ __device__ __forceinline__ void SmLoadUnit(SmRaw<kFmt, kH>& r, const QParams& qp
   }
 }
 
-// Four E2M1 codes (low 16 bits of w; code i in nibble i) -> two f16x2 words, exact. E2M1 magnitudes as f16
-// have a zero low byte, so one byte permute looks the four high bytes up (prmt, 3-bit magnitude as selector);
-// a second permute with the whole nibble as selector (bit 3 = "replicate the byte's sign" mode) on 0x80
-// bytes gives 0xFF for negative codes, 0x80 otherwise, i.e. the sign bit after a shift.
-__device__ __forceinline__ void E2m1x4ToF16(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  const uint32_t mag = Prmt(0x3E3C3800u, 0x46444240u, w & 0x7777u);
-  const uint32_t neg = Prmt(0x80808080u, 0x80808080u, w & 0xFFFFu);
-  const uint32_t h4 = mag | ((neg << 1) & 0x80808080u);
-  lo = Prmt(h4, 0u, 0x1404u);
-  hi = Prmt(h4, 0u, 0x3424u);
-}
-
 // Unit j of both tokens -> the f16 tile (element chunks 2u, 2u+1 of each token, u = q + 4j: block j).
 // Values are exact: E4M3 -> f16; E2M1 * E4M3 block scale has <= 6 significant bits in [2^-10, 2688].
 template <int kFmt, int kH>

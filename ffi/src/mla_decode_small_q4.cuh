@@ -40,12 +40,6 @@ struct Q4Bars {
   uint64_t empty[kQ4Bufs];  // one arrival per warp of the consuming warpgroup
   uint64_t q_full, q_empty;
 };
-// Tensor maps of an nvfp4 pool (TMA loads, P % 64 == 0): latent codes [N*P rows, 256 B], box 128 B x 64,
-// 128-byte swizzle; rope codes and latent scales [N*P rows, 32 B], box 32 B x 64, no swizzle. The rope scales
-// (4 B per row: no tensor map, a row stride must be a multiple of 16 B) come by a 256-byte bulk copy.
-struct Q4Maps {
-  CUtensorMap lat, rope, lsf;
-};
 // Byte -> f16x2 decode table (the default decode; kVar bits 5 / 6 decode by permutes instead): 256 entries x 32 lanes x 4 B, entry e of lane l at (32 e + l) * 4, so a
 // warp's lookups of any 32 bytes hit 32 distinct banks.
 constexpr int kQ4LutBytes = 256 * 32 * 4;
@@ -87,12 +81,6 @@ __device__ __forceinline__ void Q4FromQ(uint16_t* sQp, float* qs, const uint16_t
       *reinterpret_cast<uint32_t*>(sQp + Off16(r, kap >> 3) + (kap & 7)) = Pack2<false>(val(w[kk]) * sc, val(w[kk] >> 16) * sc);
     }
   }
-}
-
-// One 1-D bulk copy global -> shared (16-byte multiples, 16-byte aligned), completing its bytes on bar.
-__device__ __forceinline__ void BulkLoad(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-               ::"r"(SmemAddr(dst)), "l"(src), "r"(bytes), "r"(SmemAddr(bar)) : "memory");
 }
 
 // Raw bytes of token row tg of a tile by cp.async (zero fill past the bound: code 0 = 0.0, scale 0), half h of
