@@ -267,8 +267,8 @@ def gpu_lse_tol(fmt, implementation):
     return 3e-2 if fmt == "fp8_e4m3" and implementation == "ffi" else 2e-2
 
 
-def gpu_formats_case(fmt, rng, B, G, H, P, lens):
-    """A GPU case: bounds per token = len - (G-1) + j, some rows cut to 0, +1 on odd tokens; bf16 queries."""
+def gpu_formats_case(fmt, rng, B, G, H, P, lens, qdtype=jnp.bfloat16):
+    """A GPU case: bounds per token = len - (G-1) + j, some rows cut to 0, +1 on odd tokens; bf16 queries by default."""
     if jax.default_backend() != "gpu":
         pytest.fail("the gpu-marked tests need a GPU backend")
     lens = np.asarray(lens)
@@ -276,7 +276,7 @@ def gpu_formats_case(fmt, rng, B, G, H, P, lens):
     bounds[:, 0] = np.where(np.arange(B) % 3 == 2, 0, bounds[:, 0])
     bounds = np.minimum(bounds + (np.arange(G)[None, :] % 2), max(lens.max(), 1))
     npp = max(-(-int(bounds.max()) // P), 1)
-    return make_case(fmt, rng, bounds=bounds, H=H, P=P, npp=npp, qdtype=jnp.bfloat16)
+    return make_case(fmt, rng, bounds=bounds, H=H, P=P, npp=npp, qdtype=qdtype)
 
 
 @pytest.mark.gpu
@@ -286,6 +286,25 @@ def test_gpu_formats(fmt, implementation, B, G, H, P, lens, rng):
     case = gpu_formats_case(fmt, rng, B, G, H, P, lens)
     o, lse = run(case, implementation)
     check(case, o, lse, tol_o=1e-2, tol_lse=gpu_lse_tol(fmt, implementation))
+
+
+# f16 activations on quantized pages (every CUDA kernel has an f16 instantiation; the cases above use bf16 queries):
+# G*H = 64 (fp8: mla_mid_q8s, nvfp4: pipe, the decoding seesaw once enabled for f16), G*H = 16 (mla_small_q8 /
+# mla_small_q4), two row tiles.
+F16_CASES = [
+    (2, 4, 16, 64, [4097, 63]),
+    (4, 1, 16, 64, [65536, 70, 1, 3000]),
+    (3, 1, 128, 64, [65536, 70, 1]),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("B,G,H,P,lens", F16_CASES)
+def test_gpu_formats_f16_queries(fmt, B, G, H, P, lens, rng):
+    case = gpu_formats_case(fmt, rng, B, G, H, P, lens, qdtype=jnp.float16)
+    o, lse = run(case, "ffi")
+    check(case, o, lse, tol_o=1e-2, tol_lse=gpu_lse_tol(fmt, "ffi"))
 
 
 # Ring-wrapping (16 x 8192 tokens, G*H = 64), two row tiles (H = 128), a 16-row second tile on cp.async tiles, and the
