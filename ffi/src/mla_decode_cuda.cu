@@ -1475,7 +1475,6 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
     if ((err = tma ? launch(std::true_type{}) : launch(std::false_type{})) != cudaSuccess) return err;
   } else if constexpr (kMode == kSeesaw && kFmt == kFmtNvfp4) {
     // nvfp4 pages, G*H > 16, P % 64 == 0 (Launch checks): the decoding producer (kLoad 4), TMA raw tiles, no clusters.
-    static_assert(kFmt == kFmtNvfp4, "the seesaw kernel decodes nvfp4 pages only");
     Q4Maps maps{};
     if ((err = EncodeQ4Maps(p, qp, &maps)) != cudaSuccess) return err;
     constexpr auto kernel = mla_seesaw<kBf16, kVar & 7, 4>;

@@ -230,6 +230,18 @@ static_assert(kNv4LsfOff >= 6 * kBlockBytes && kNv4LsfOff % 128 == 0 && kNv4Rope
               "blocks 0-5 lie below the raw bytes; TMA destinations 128-byte aligned");
 static_assert(kNv4LatOff + 2 * kBlockBytes - kNv4LsfOff == kNv4RawBytes, "raw tile layout");
 
+// The raw bytes of the 64-row nvfp4 tile at pool row y (P % 64 == 0) by TMA, all completing on bar (the caller
+// expects kNv4RawBytes): the two latent-code boxes (lat, lat + 8 KB), the rope codes, the latent scales and the rope
+// scales' bulk copy (mla_small_q4's ring slots and the seesaw's buffer tails).
+__device__ __forceinline__ void Nv4TmaTile(unsigned char* lat, unsigned char* rope, unsigned char* lsf, unsigned char* rsf,
+                                           const Q4Maps& maps, const QParams& qp, int y, uint64_t* bar) {
+  TmaLoad2d<false>(lat, &maps.lat, 0, y, bar, 0);
+  TmaLoad2d<false>(lat + kTokTile * 128, &maps.lat, 128, y, bar, 0);
+  TmaLoad2d<false>(rope, &maps.rope, 0, y, bar, 0);
+  TmaLoad2d<false>(lsf, &maps.lsf, 0, y, bar, 0);
+  BulkLoad(rsf, qp.rope_sf + (size_t)y * (kDr / 16), kTokTile * 4, bar);
+}
+
 // This thread's part of the decode: token t of the tile (zeros where !valid: past the sequence's bound the page may
 // hold anything, NaN scales included), dims 32 h .. 32 h + 31 of every 64-dim block (two 16-value scale groups),
 // written as four 16-byte chunks per block (TileOff layout; 8 consecutive tokens hit 8 bank groups, as do the
@@ -445,11 +457,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
             if (u >= 1)
               for (int r = 0; r < 3; ++r) MbarWait(&bars->empty[buf][r], (u - 1) & 1);
             MbarArriveExpectTx(&bars->raw[buf], kNv4RawBytes);
-            TmaLoad2d<false>(dst + kNv4LatOff, &maps.lat, 0, y, &bars->raw[buf], 0);
-            TmaLoad2d<false>(dst + kNv4LatOff + kBlockBytes, &maps.lat, 128, y, &bars->raw[buf], 0);
-            TmaLoad2d<false>(dst + kNv4RopeOff, &maps.rope, 0, y, &bars->raw[buf], 0);
-            TmaLoad2d<false>(dst + kNv4LsfOff, &maps.lsf, 0, y, &bars->raw[buf], 0);
-            BulkLoad(dst + kNv4RsfOff, qp.rope_sf + (size_t)y * (kDr / 16), kTokTile * 4, &bars->raw[buf]);
+            Nv4TmaTile(dst + kNv4LatOff, dst + kNv4RopeOff, dst + kNv4LsfOff, dst + kNv4RsfOff, maps, qp, y, &bars->raw[buf]);
           }
           MbarWait(&bars->raw[buf], u & 1);  // (after thread 0's empty waits: ordered behind the consumers' reads)
           Nv4DecodeTile<kBf16>(dst, bars->full[buf], pt & 63, pt >> 6, t0 + (pt & 63) < len);

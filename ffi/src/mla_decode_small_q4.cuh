@@ -31,7 +31,7 @@ namespace {
 // the next phase then returned at once: a B=64 run read unloaded tiles and ended in a launch failure.
 constexpr int kQ4Bufs = 4;
 static_assert(kQ4Bufs % 2 == 0, "the full-barrier parity waits need each buffer to stay with one consumer");
-constexpr int kQ4TileUsed = kTokTile * 324;  // 20736: latent codes 16384 + rope codes 2048 + latent sf 2048 + rope sf 256
+constexpr int kQ4TileUsed = kNv4RawBytes;  // 20736: latent codes 16384 + rope codes 2048 + latent sf 2048 + rope sf 256
 constexpr int kQ4TileBytes = 21504;          // stride: the 128-byte-swizzle latent blocks need 1024-byte alignment
 constexpr int kQ4RopeOff = 16384, kQ4LsfOff = 18432, kQ4RsfOff = 20480;
 static_assert(kQ4TileBytes % 1024 == 0 && kQ4TileBytes >= kQ4TileUsed, "q4 tile stride");
@@ -209,11 +209,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q4(Params p, Sched s, QParam
             if (pt == 0) {
               MbarArriveExpectTx(&bars->full[buf], kQ4TileUsed);
               if constexpr ((kVar & 1) == 0) {
-                TmaLoad2d<false>(dst, &maps.lat, 0, y, &bars->full[buf], 0);
-                TmaLoad2d<false>(dst + kTokTile * 128, &maps.lat, 128, y, &bars->full[buf], 0);
-                TmaLoad2d<false>(dst + kQ4RopeOff, &maps.rope, 0, y, &bars->full[buf], 0);
-                TmaLoad2d<false>(dst + kQ4LsfOff, &maps.lsf, 0, y, &bars->full[buf], 0);
-                BulkLoad(dst + kQ4RsfOff, qp.rope_sf + (size_t)y * (kDr / 16), kTokTile * 4, &bars->full[buf]);
+                Nv4TmaTile(dst, dst + kQ4RopeOff, dst + kQ4LsfOff, dst + kQ4RsfOff, maps, qp, y, &bars->full[buf]);
               } else {
                 asm volatile("mbarrier.complete_tx.shared::cta.b64 [%0], %1;\n" ::"r"(SmemAddr(&bars->full[buf])),
                              "r"(kQ4TileUsed) : "memory");
