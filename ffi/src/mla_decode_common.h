@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -103,5 +104,28 @@ inline std::string CheckQuantShapes(const ffi::AnyBuffer& q_lat, const ffi::AnyB
   if (s->P <= 0) return "page size must be positive";
   return "";
 }
+
+// The operand list of a helix_mla_decode target, from `b` (ffi::Ffi::Bind(), or with the CUDA stream context first):
+// kBuffers untyped buffers — q_latent, q_rope, then the pool's arrays (native: c_latent, k_rope; fp8: those in E4M3 and
+// the scale [1] f32; nvfp4: packed E2M1 c_latent, k_rope, their E4M3 block scales c_latent_sf, k_rope_sf and the
+// global scale [1] f32) — then page_table [B, npp] s32, kv_bounds [B, G] s32, attribute softmax_scale, results o, lse
+// [B, G, H] f32 and the workspace (split-KV partials on CUDA; unused on CPU). The CPU and CUDA handlers of one target
+// name are built from the same list, so their bindings cannot drift apart.
+template <int kBuffers, class Binding>
+auto BindMlaDecode(Binding b) {
+  if constexpr (kBuffers == 0) {
+    return std::move(b)
+        .template Arg<ffi::Buffer<ffi::S32>>()  // page_table
+        .template Arg<ffi::Buffer<ffi::S32>>()  // kv_bounds
+        .template Attr<float>("softmax_scale")
+        .template Ret<ffi::AnyBuffer>()         // o
+        .template Ret<ffi::Buffer<ffi::F32>>()  // lse
+        .template Ret<ffi::AnyBuffer>();        // workspace
+  } else {
+    return BindMlaDecode<kBuffers - 1>(std::move(b).template Arg<ffi::AnyBuffer>());  // (a binding's steps are &&)
+  }
+}
+// Untyped buffers of each page format's target: the two query arrays and the pool's.
+constexpr int kMlaBuffersNative = 4, kMlaBuffersFp8 = 5, kMlaBuffersNvfp4 = 7;
 
 }  // namespace helix_ffi

@@ -274,44 +274,10 @@ ffi::Error MlaDecodeNvfp4Cpu(ffi::AnyBuffer q_lat, ffi::AnyBuffer q_rope, ffi::A
 }  // namespace helix_ffi
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HelixMlaDecodeCpu, helix_ffi::MlaDecodeCpu,
-                              xla::ffi::Ffi::Bind()
-                                  .Arg<xla::ffi::AnyBuffer>()                 // q_latent
-                                  .Arg<xla::ffi::AnyBuffer>()                 // q_rope
-                                  .Arg<xla::ffi::AnyBuffer>()                 // c_latent
-                                  .Arg<xla::ffi::AnyBuffer>()                 // k_rope
-                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()     // page_table
-                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()     // kv_bounds
-                                  .Attr<float>("softmax_scale")
-                                  .Ret<xla::ffi::AnyBuffer>()                 // o
-                                  .Ret<xla::ffi::Buffer<xla::ffi::F32>>()     // lse
-                                  .Ret<xla::ffi::AnyBuffer>());               // workspace (CUDA only)
+                              helix_ffi::BindMlaDecode<helix_ffi::kMlaBuffersNative>(xla::ffi::Ffi::Bind()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HelixMlaDecodeFp8Cpu, helix_ffi::MlaDecodeFp8Cpu,
-                              xla::ffi::Ffi::Bind()
-                                  .Arg<xla::ffi::AnyBuffer>()                 // q_latent
-                                  .Arg<xla::ffi::AnyBuffer>()                 // q_rope
-                                  .Arg<xla::ffi::AnyBuffer>()                 // c_latent (e4m3)
-                                  .Arg<xla::ffi::AnyBuffer>()                 // k_rope (e4m3)
-                                  .Arg<xla::ffi::AnyBuffer>()                 // scale [1] f32
-                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()     // page_table
-                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()     // kv_bounds
-                                  .Attr<float>("softmax_scale")
-                                  .Ret<xla::ffi::AnyBuffer>()                 // o
-                                  .Ret<xla::ffi::Buffer<xla::ffi::F32>>()     // lse
-                                  .Ret<xla::ffi::AnyBuffer>());               // workspace (CUDA only)
+                              helix_ffi::BindMlaDecode<helix_ffi::kMlaBuffersFp8>(xla::ffi::Ffi::Bind()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HelixMlaDecodeNvfp4Cpu, helix_ffi::MlaDecodeNvfp4Cpu,
-                              xla::ffi::Ffi::Bind()
-                                  .Arg<xla::ffi::AnyBuffer>()                 // q_latent
-                                  .Arg<xla::ffi::AnyBuffer>()                 // q_rope
-                                  .Arg<xla::ffi::AnyBuffer>()                 // c_latent (packed e2m1)
-                                  .Arg<xla::ffi::AnyBuffer>()                 // k_rope (packed e2m1)
-                                  .Arg<xla::ffi::AnyBuffer>()                 // c_latent_sf (e4m3)
-                                  .Arg<xla::ffi::AnyBuffer>()                 // k_rope_sf (e4m3)
-                                  .Arg<xla::ffi::AnyBuffer>()                 // global_scale [1] f32
-                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()     // page_table
-                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()     // kv_bounds
-                                  .Attr<float>("softmax_scale")
-                                  .Ret<xla::ffi::AnyBuffer>()                 // o
-                                  .Ret<xla::ffi::Buffer<xla::ffi::F32>>()     // lse
-                                  .Ret<xla::ffi::AnyBuffer>());               // workspace (CUDA only)
+                              helix_ffi::BindMlaDecode<helix_ffi::kMlaBuffersNvfp4>(xla::ffi::Ffi::Bind()));

@@ -1734,48 +1734,16 @@ ffi::Error MlaDecodeNvfp4Cuda(cudaStream_t stream, ffi::AnyBuffer q_lat, ffi::An
 }  // namespace
 }  // namespace helix_ffi
 
+namespace helix_ffi {
+// The CUDA handlers' binding starts with the stream (then BindMlaDecode's operand list, shared with the CPU handlers).
+inline auto BindWithStream() { return xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>(); }
+}  // namespace helix_ffi
+
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HelixMlaDecodeCuda, helix_ffi::MlaDecodeCuda,
-                              xla::ffi::Ffi::Bind()
-                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<xla::ffi::AnyBuffer>()                 // q_latent
-                                  .Arg<xla::ffi::AnyBuffer>()                 // q_rope
-                                  .Arg<xla::ffi::AnyBuffer>()                 // c_latent
-                                  .Arg<xla::ffi::AnyBuffer>()                 // k_rope
-                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()     // page_table
-                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()     // kv_bounds
-                                  .Attr<float>("softmax_scale")
-                                  .Ret<xla::ffi::AnyBuffer>()                 // o
-                                  .Ret<xla::ffi::Buffer<xla::ffi::F32>>()     // lse
-                                  .Ret<xla::ffi::AnyBuffer>());               // workspace (split-KV partials)
+                              helix_ffi::BindMlaDecode<helix_ffi::kMlaBuffersNative>(helix_ffi::BindWithStream()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HelixMlaDecodeFp8Cuda, helix_ffi::MlaDecodeFp8Cuda,
-                              xla::ffi::Ffi::Bind()
-                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<xla::ffi::AnyBuffer>()                 // q_latent
-                                  .Arg<xla::ffi::AnyBuffer>()                 // q_rope
-                                  .Arg<xla::ffi::AnyBuffer>()                 // c_latent (e4m3)
-                                  .Arg<xla::ffi::AnyBuffer>()                 // k_rope (e4m3)
-                                  .Arg<xla::ffi::AnyBuffer>()                 // scale [1] f32
-                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()     // page_table
-                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()     // kv_bounds
-                                  .Attr<float>("softmax_scale")
-                                  .Ret<xla::ffi::AnyBuffer>()                 // o
-                                  .Ret<xla::ffi::Buffer<xla::ffi::F32>>()     // lse
-                                  .Ret<xla::ffi::AnyBuffer>());               // workspace (split-KV partials)
+                              helix_ffi::BindMlaDecode<helix_ffi::kMlaBuffersFp8>(helix_ffi::BindWithStream()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HelixMlaDecodeNvfp4Cuda, helix_ffi::MlaDecodeNvfp4Cuda,
-                              xla::ffi::Ffi::Bind()
-                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<xla::ffi::AnyBuffer>()                 // q_latent
-                                  .Arg<xla::ffi::AnyBuffer>()                 // q_rope
-                                  .Arg<xla::ffi::AnyBuffer>()                 // c_latent (packed e2m1)
-                                  .Arg<xla::ffi::AnyBuffer>()                 // k_rope (packed e2m1)
-                                  .Arg<xla::ffi::AnyBuffer>()                 // c_latent_sf (e4m3)
-                                  .Arg<xla::ffi::AnyBuffer>()                 // k_rope_sf (e4m3)
-                                  .Arg<xla::ffi::AnyBuffer>()                 // global_scale [1] f32
-                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()     // page_table
-                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()     // kv_bounds
-                                  .Attr<float>("softmax_scale")
-                                  .Ret<xla::ffi::AnyBuffer>()                 // o
-                                  .Ret<xla::ffi::Buffer<xla::ffi::F32>>()     // lse
-                                  .Ret<xla::ffi::AnyBuffer>());               // workspace (split-KV partials)
+                              helix_ffi::BindMlaDecode<helix_ffi::kMlaBuffersNvfp4>(helix_ffi::BindWithStream()));

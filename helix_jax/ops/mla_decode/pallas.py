@@ -66,6 +66,31 @@ def _chunk(ref, pid, j, sub, per):
     return ref.at[pid, pl.ds(jax.lax.rem(j, per) * sub, sub)]
 
 
+def _online_softmax(m, l, s, tok, rb):
+    """One step of the online softmax over logits ``s`` [BM, sub] at token positions ``tok`` [sub], masked where a
+    token is at or past its row's bound ``rb`` [BM]: the new running max, the factor ``alpha`` [BM] of the old terms,
+    the weights ``p`` [BM, sub] and the new running sum. Rows with nothing visible yet keep max -inf and weights 0
+    (no -inf - -inf NaN)."""
+    s = jnp.where(tok[None, :] < rb[:, None], s, -jnp.inf)
+    m_new = jnp.maximum(m, jnp.max(s, axis=1))
+    m_use = jnp.where(m_new == -jnp.inf, 0.0, m_new)
+    alpha = jnp.exp(m - m_use)
+    p = jnp.exp(s - m_use[:, None])
+    return m_new, alpha, p, l * alpha + jnp.sum(p, axis=1)
+
+
+def _normalized(acc, l):
+    """acc [BM, D] / l [BM], 0 on rows that saw no token (l = 0)."""
+    live = l > 0
+    return jnp.where(live[:, None], acc / jnp.where(live, l, 1.0)[:, None], 0.0)
+
+
+def _lse(m, l):
+    """Natural-log lse of the rows, -inf on rows that saw no token."""
+    live = l > 0
+    return jnp.where(live, m + jnp.log(jnp.where(live, l, 1.0)), -jnp.inf)
+
+
 def _kernel(lens_ref, pt_ref, rb_ref, ql_ref, qr_ref, cl_ref, kr_ref, o_ref, lse_ref, *, page, n_pages, scale,
             interpret):
     b = pl.program_id(0)
@@ -87,20 +112,14 @@ def _kernel(lens_ref, pt_ref, rb_ref, ql_ref, qr_ref, cl_ref, kr_ref, o_ref, lse
         kl = jnp.where(valid[:, None], kl, 0).astype(ql.dtype)
         kr = jnp.where(valid[:, None], kr, 0).astype(ql.dtype)
         s = (jnp.dot(ql, kl.T, preferred_element_type=f32) + jnp.dot(qr, kr.T, preferred_element_type=f32)) * scale
-        s = jnp.where(tok[None, :] < rb[:, None], s, -jnp.inf)
-        m_new = jnp.maximum(m, jnp.max(s, axis=1))
-        m_use = jnp.where(m_new == -jnp.inf, 0.0, m_new)
-        alpha = jnp.exp(m - m_use)
-        p = jnp.exp(s - m_use[:, None])
-        l = l * alpha + jnp.sum(p, axis=1)
+        m_new, alpha, p, l = _online_softmax(m, l, s, tok, rb)
         acc = acc * alpha[:, None] + jnp.dot(p.astype(kl.dtype), kl, preferred_element_type=f32)
         return m_new, l, acc
 
     init = (jnp.full((bm,), -jnp.inf, f32), jnp.zeros((bm,), f32), jnp.zeros((bm, DL), f32))
     m, l, acc = jax.lax.fori_loop(0, (n + sub - 1) // sub, body, init)
-    live = l > 0
-    o_ref[...] = jnp.where(live[:, None], acc / jnp.where(live, l, 1.0)[:, None], 0.0).astype(o_ref.dtype)
-    lse_ref[...] = jnp.where(live, m + jnp.log(jnp.where(live, l, 1.0)), -jnp.inf)
+    o_ref[...] = _normalized(acc, l).astype(o_ref.dtype)
+    lse_ref[...] = _lse(m, l)
 
 
 def check_operands(platform, q_latent, c_latent, k_rope):
@@ -237,12 +256,7 @@ def _quant_kernel(lens_ref, pt_ref, rb_ref, inv_ref, *refs, fmt, page, n_pages, 
         pid, tok = _step(pt_ref, b, j, sub, per, n_pages)
         kv = rows(pid, j, tok < n)
         s = sum(jnp.dot(q, k.T, preferred_element_type=f32) for q, k in zip(qs, kv)) * (scale * inv)
-        s = jnp.where(tok[None, :] < rb[:, None], s, -jnp.inf)
-        m_new = jnp.maximum(m, jnp.max(s, axis=1))
-        m_use = jnp.where(m_new == -jnp.inf, 0.0, m_new)
-        alpha = jnp.exp(m - m_use)
-        p = jnp.exp(s - m_use[:, None])
-        l = l * alpha + jnp.sum(p, axis=1)
+        m_new, alpha, p, l = _online_softmax(m, l, s, tok, rb)
         accs = tuple(a * alpha[:, None] + jnp.dot(p.astype(dt), v, preferred_element_type=f32)
                      for a, v in zip(accs, kv[:n_lat]))
         return m_new, l, accs
@@ -250,10 +264,9 @@ def _quant_kernel(lens_ref, pt_ref, rb_ref, inv_ref, *refs, fmt, page, n_pages, 
     init = (jnp.full((bm,), -jnp.inf, f32), jnp.zeros((bm,), f32),
             tuple(jnp.zeros((bm, r.shape[-1]), f32) for r in o_refs))
     m, l, accs = jax.lax.fori_loop(0, (n + sub - 1) // sub, body, init)
-    live = l > 0
     for r, a in zip(o_refs, accs):
-        r[...] = jnp.where(live[:, None], (a / jnp.where(live, l, 1.0)[:, None]) * inv, 0.0).astype(r.dtype)
-    lse_ref[...] = jnp.where(live, m + jnp.log(jnp.where(live, l, 1.0)), -jnp.inf)
+        r[...] = (_normalized(a, l) * inv).astype(r.dtype)
+    lse_ref[...] = _lse(m, l)
 
 
 def check_quantized_operands(platform, q_latent, pages):
