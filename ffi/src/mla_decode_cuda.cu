@@ -1732,9 +1732,7 @@ ffi::Error MlaDecodeNvfp4Cuda(cudaStream_t stream, ffi::AnyBuffer q_lat, ffi::An
 }
 
 }  // namespace
-}  // namespace helix_ffi
 
-namespace helix_ffi {
 // The CUDA handlers' binding starts with the stream (then BindMlaDecode's operand list, shared with the CPU handlers).
 inline auto BindWithStream() { return xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>(); }
 }  // namespace helix_ffi
