@@ -444,6 +444,7 @@ struct QParams {
   const uint8_t* lat_sf;    // nvfp4 [N, P, 32] e4m3 block scales
   const uint8_t* rope_sf;   // nvfp4 [N, P, 4] e4m3 block scales
   const float* kv_scale;    // [1] per-tensor orig->quant scale (fp8 scale / nvfp4 global_scale)
+  int l2_next;              // nvfp4 decoding seesaw: prefetch the next raw tile into L2 (HELIX_MLA_DECODE_NV4_L2)
 };
 
 // Global address of 16-byte chunk ch (0..71: 64 latent, then 8 rope) of pool row `row` / query row `qrow`.
@@ -1259,6 +1260,13 @@ PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
 // promotion held one CTA per SM to 4.05-4.08 TB/s (1 KB rows) / 3.90-3.93 (512 B rows), 128-byte or none to 4.40 /
 // 4.23, where one contiguous bulk copy per page reaches 4.45 / 4.32 (H200, benchmarks/tma_stream_probe.cu, session 10).
 // Returns -1 for a value it does not know (Launch reports it).
+// The nvfp4 decoding seesaw's L2 prefetch of the next raw tile, from HELIX_MLA_DECODE_NV4_L2 (on | off; default on),
+// read once; -1 for anything else (Launch reports it).
+int Nv4L2FromEnv() {
+  static const int mode = EnvChoice("HELIX_MLA_DECODE_NV4_L2", {{"on", 1}, {"off", 0}});
+  return mode;
+}
+
 int TmaL2FromEnv() {
   static const int v = EnvChoice("HELIX_MLA_DECODE_TMA_L2", {{"128", CU_TENSOR_MAP_L2_PROMOTION_L2_128B},
                                                              {"256", CU_TENSOR_MAP_L2_PROMOTION_L2_256B},
@@ -1536,6 +1544,8 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
         "helix_mla_decode: HELIX_MLA_DECODE_LOAD must be auto, cpasync, tma_evict_first, tma or tma_multicast");
   if (TmaL2FromEnv() < 0)
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_TMA_L2 must be 128, 256 or none");
+  if (kFmt == kFmtNvfp4 && Nv4L2FromEnv() < 0)
+    return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_NV4_L2 must be on or off");
   if (kFmt == kFmtFp8 && Fp8SFromEnv() < 0)
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_FP8_S must be auto, fast or f32");
   if (kFmt == kFmtFp8 && Mid8FromEnv() < 0)
@@ -1558,10 +1568,8 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
       else HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ8, kFmt>(p, s, num_parts, mtiles, stream, qp)));
     }
     if constexpr (kFmt == kFmtNvfp4) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ4, kFmt>(p, s, num_parts, mtiles, stream, qp)));
-  } else if (kFmt == kFmtNvfp4 && kBf16 && mode == kSmallQ8 && p.P % kTokTile == 0) {  // nvfp4, G*H > 16: the decoding seesaw
-    // bf16 activations only for now: its f16 form compiles (E2m1x4ToF16, f16 scale pairs) but has not run on a GPU
-    // (test_gpu_formats_f16_queries is new in session 18); f16 keeps pipe.
-    if constexpr (kFmt == kFmtNvfp4 && kBf16) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmt>(p, s, num_parts, mtiles, stream, qp)));
+  } else if (kFmt == kFmtNvfp4 && mode == kSmallQ8 && p.P % kTokTile == 0) {  // nvfp4, G*H > 16: the decoding seesaw
+    if constexpr (kFmt == kFmtNvfp4) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmt>(p, s, num_parts, mtiles, stream, qp)));
   } else if (kFmt == kFmtFp8 && mode == kSmallQ8) {  // fp8, G*H > 16: mla_mid_q8s / mla_mid_q8, one CTA per 64 rows
     if constexpr (kFmt == kFmtFp8) {
       // HELIX_MLA_DECODE_MID8 picks the kernel, HELIX_MLA_DECODE_FP8_S its S accumulation (512: chains added in f32).
@@ -1698,6 +1706,7 @@ ffi::Error MlaDecodeQuantCuda(const char* tgt, cudaStream_t stream, ffi::AnyBuff
     qp.rope_sf = static_cast<const uint8_t*>(pv[3]->untyped_data());
   }
   qp.kv_scale = static_cast<const float*>(scale.untyped_data());
+  qp.l2_next = Nv4L2FromEnv() == 1;
   p.page_table = page_table.typed_data();
   p.bounds = kv_bounds.typed_data();
   p.B = (int)s.B; p.G = (int)s.G; p.H = (int)s.H; p.GH = (int)s.rows();

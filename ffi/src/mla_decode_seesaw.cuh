@@ -242,6 +242,20 @@ __device__ __forceinline__ void Nv4TmaTile(unsigned char* lat, unsigned char* ro
   BulkLoad(rsf, qp.rope_sf + (size_t)y * (kDr / 16), kTokTile * 4, bar);
 }
 
+// L2 prefetch of the raw bytes Nv4TmaTile would copy for pool row y (no shared memory, no barrier).
+__device__ __forceinline__ void Nv4PrefetchTile(const Q4Maps& maps, const QParams& qp, int y) {
+  auto tensor = [](const CUtensorMap* map, int x, int yy) {
+    asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n"
+                 ::"l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(yy) : "memory");
+  };
+  tensor(&maps.lat, 0, y);
+  tensor(&maps.lat, 128, y);
+  tensor(&maps.rope, 0, y);
+  tensor(&maps.lsf, 0, y);
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n"
+               ::"l"(qp.rope_sf + (size_t)y * (kDr / 16)), "r"(kTokTile * 4) : "memory");
+}
+
 // This thread's part of the decode: token t of the tile (zeros where !valid: past the sequence's bound the page may
 // hold anything, NaN scales included), dims 32 h .. 32 h + 31 of every 64-dim block (two 16-value scale groups),
 // written as four 16-byte chunks per block (TileOff layout; 8 consecutive tokens hit 8 bank groups, as do the
@@ -453,14 +467,31 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
           unsigned char* dst = kbuf + buf * kSsTileBytes;
           if (pt == 0) {
             const int y = pg_next * p.P + t0 % p.P;
-            if (j + 1 < n) pg_next = page_of(t0 + kTokTile);
+            if (j + 1 < n) {
+              pg_next = page_of(t0 + kTokTile);
+              // The next tile's raw bytes into L2 a whole tile ahead: its TMA copies, issued once the buffer is back,
+              // then wait for an L2 hit instead of an HBM round trip (the release -> load -> decode chain).
+              if (qp.l2_next) Nv4PrefetchTile(maps, qp, pg_next * p.P + (t0 + kTokTile) % p.P);
+            }
             if (u >= 1)
               for (int r = 0; r < 3; ++r) MbarWait(&bars->empty[buf][r], (u - 1) & 1);
-            MbarArriveExpectTx(&bars->raw[buf], kNv4RawBytes);
-            Nv4TmaTile(dst + kNv4LatOff, dst + kNv4RopeOff, dst + kNv4LsfOff, dst + kNv4RsfOff, maps, qp, y, &bars->raw[buf]);
+            SS_TRACE(kTrPart0, k, true);
+            if constexpr (kVar & 4) {
+              MbarArrive(&bars->raw[buf]);
+            } else {
+              MbarArriveExpectTx(&bars->raw[buf], kNv4RawBytes);
+              Nv4TmaTile(dst + kNv4LatOff, dst + kNv4RopeOff, dst + kNv4LsfOff, dst + kNv4RsfOff, maps, qp, y, &bars->raw[buf]);
+            }
           }
           MbarWait(&bars->raw[buf], u & 1);  // (after thread 0's empty waits: ordered behind the consumers' reads)
-          Nv4DecodeTile<kBf16>(dst, bars->full[buf], pt & 63, pt >> 6, t0 + (pt & 63) < len);
+          SS_TRACE(kTrPart1, k, pt == 0);
+          if constexpr (kVar & 4) {
+#pragma unroll
+            for (int c = 0; c < 9; ++c) MbarArrive(&bars->full[buf][c]);
+          } else {
+            Nv4DecodeTile<kBf16>(dst, bars->full[buf], pt & 63, pt >> 6, t0 + (pt & 63) < len);
+          }
+          SS_TRACE(kTrPart2, k, pt == 0);
         }
         ++sc;
         continue;
