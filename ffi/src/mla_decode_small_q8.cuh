@@ -322,9 +322,8 @@ __device__ __forceinline__ void RawTileSoftmax(float (&st)[2][4], const int (&bq
 }
 
 // End of a segment in the raw-tile kernels (mla_small_q8, mla_small_q4), called by both consumers: retires the last
-// PVs and releases Q, then column sums of l
-// over the 64 token rows, the exact two-consumer merge (as mla_small_gh: consumer 1 hands O^T, m and L over
-// thread-linearly through sMerge), consumer 0 writes the partial (o, lse) of segment si, times out_mul.
+// PVs and releases Q, then l's column sums and the exact two-consumer merge (SmColumnSums, SmMergeConsumers, as
+// mla_small_gh), and consumer 0 writes the partial (o, lse) of segment si, times out_mul.
 // Row q's dims 128 wi + 16 g + 2 i + h sit in oacc[i][n8][2 h + e]: 16 consecutive floats per thread.
 template <bool kBf16>
 __device__ __forceinline__ void RawTileSegmentEnd(const Params& p, int si, int w, int wi, int lane, int tid, int own, float* myRed,
@@ -334,56 +333,10 @@ __device__ __forceinline__ void RawTileSegmentEnd(const Params& p, int si, int w
   WgWait0();  // this consumer's last PVs
   FenceAcc(oacc);
   MbarArrive(q_empty);  // Q may be replaced by the next segment's
-  float* red = myRed + (own & 1) * 64;
-  float lt[2][2];
-  SumOverTokenLanes(lt, l);
-  NamedBarSync(1 + w, 128);
-  SmPutColumns(red, wi, lane, lt);
-  NamedBarSync(1 + w, 128);
   float Lq[2][2];
-#pragma unroll
-  for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int q = n8 * 8 + c4 * 2 + e;
-      Lq[n8][e] = red[q] + red[16 + q] + red[32 + q] + red[48 + q];
-    }
-  if (w == 1) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-#pragma unroll
-      for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) sMerge[((i * 2 + n8) * 4 + r) * 128 + tid] = oacc[i][n8][r];
-#pragma unroll
-    for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        sMerge[(64 + n8 * 2 + e) * 128 + tid] = m[n8][e];
-        sMerge[(68 + n8 * 2 + e) * 128 + tid] = Lq[n8][e];
-      }
-  }
-  NamedBarSync(4, 256);
+  SmColumnSums(Lq, l, myRed + (own & 1) * 64, w, wi, lane);
+  SmMergeConsumers(w, tid, sMerge, oacc, m, Lq);
   if (w == 0) {
-    float a0[2][2], a1[2][2];
-#pragma unroll
-    for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float m1 = sMerge[(64 + n8 * 2 + e) * 128 + tid], L1 = sMerge[(68 + n8 * 2 + e) * 128 + tid];
-        const float mm = fmaxf(m[n8][e], m1), mz = mm == -INFINITY ? 0.f : mm;
-        a0[n8][e] = exp2f(m[n8][e] - mz);
-        a1[n8][e] = exp2f(m1 - mz);
-        Lq[n8][e] = Lq[n8][e] * a0[n8][e] + L1 * a1[n8][e];
-        m[n8][e] = mm;
-      }
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-#pragma unroll
-      for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-          oacc[i][n8][r] = oacc[i][n8][r] * a0[n8][r & 1] + sMerge[((i * 2 + n8) * 4 + r) * 128 + tid] * a1[n8][r & 1];
 #pragma unroll
     for (int n8 = 0; n8 < 2; ++n8)
 #pragma unroll
