@@ -1212,10 +1212,13 @@ bool Fp8SF32(int gh) {
 // fp8 pages at G*H > 16 from HELIX_MLA_DECODE_MID8, read once (one CTA per 64 query rows; HELIX_MLA_DECODE_FP8_S picks
 // the S accumulation of either):
 //   auto (default), seesaw: mla_mid_q8s (consumers alternate tiles; P rounded to E4M3 for PV on fp8 tensor cores);
-//   lockstep: mla_mid_q8 (both consumers on every tile, P in f16: o about 2x closer to the reference, ~0.75x the speed).
-// Returns the LaunchMain kVar bit (16384 = mla_mid_q8s) or 0 for lockstep, -1 for anything else.
+//   lockstep: mla_mid_q8 (both consumers on every tile, P in f16: o about 2x closer to the reference, ~0.75x the speed);
+//   decode: the seesaw kernel with a decoding producer (mla_seesaw kLoad 5: E4M3 tiles converted in place to f16, f16
+//     math, Q rewritten as f16 for bf16 activations) where P % 64 == 0, else mla_mid_q8s. Not run on a GPU yet.
+// Returns the LaunchMain kVar bit (16384 = mla_mid_q8s) or 0 for lockstep, 1 for decode, -1 for anything else.
 int Mid8FromEnv() {
-  static const int mode = EnvChoice("HELIX_MLA_DECODE_MID8", {{"auto", 16384}, {"seesaw", 16384}, {"lockstep", 0}});
+  static const int mode = EnvChoice("HELIX_MLA_DECODE_MID8",
+                                    {{"auto", 16384}, {"seesaw", 16384}, {"lockstep", 0}, {"decode", 1}});
   return mode;
 }
 
@@ -1255,18 +1258,26 @@ PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
   return encode;
 }
 
-// L2 promotion of every KV-pool tensor map, from HELIX_MLA_DECODE_TMA_L2 (128 | 256 | none; default 128), read once.
-// Streaming random 64-token pages as the kernels do (one box of [64 rows x 128 B] per column block), 256-byte
-// promotion held one CTA per SM to 4.05-4.08 TB/s (1 KB rows) / 3.90-3.93 (512 B rows), 128-byte or none to 4.40 /
-// 4.23, where one contiguous bulk copy per page reaches 4.45 / 4.32 (H200, benchmarks/tma_stream_probe.cu, session 10).
-// Returns -1 for a value it does not know (Launch reports it).
-// The nvfp4 decoding seesaw's L2 prefetch of the next raw tile, from HELIX_MLA_DECODE_NV4_L2 (on | off; default on),
-// read once; -1 for anything else (Launch reports it).
+// The nvfp4 decoding seesaw's math with bf16 activations, from HELIX_MLA_DECODE_NV4_MATH (auto | f16; read once):
+// auto decodes into bf16 tiles (kLoad 4), f16 rewrites Q as f16 with a power-of-two row scale and decodes into f16 tiles
+// (kLoad 6: one byte permute less per four codes). Not run on a GPU yet. -1 for anything else.
+int Nv4MathFromEnv() {
+  static const int mode = EnvChoice("HELIX_MLA_DECODE_NV4_MATH", {{"auto", 0}, {"f16", 1}});
+  return mode;
+}
+
+// The decoding seesaws' (nvfp4; fp8 with HELIX_MLA_DECODE_MID8=decode) L2 prefetch of the next raw tile, from
+// HELIX_MLA_DECODE_NV4_L2 (on | off; default on), read once; -1 for anything else (Launch reports it).
 int Nv4L2FromEnv() {
   static const int mode = EnvChoice("HELIX_MLA_DECODE_NV4_L2", {{"on", 1}, {"off", 0}});
   return mode;
 }
 
+// L2 promotion of every KV-pool tensor map, from HELIX_MLA_DECODE_TMA_L2 (128 | 256 | none; default 128), read once.
+// Streaming random 64-token pages as the kernels do (one box of [64 rows x 128 B] per column block), 256-byte
+// promotion held one CTA per SM to 4.05-4.08 TB/s (1 KB rows) / 3.90-3.93 (512 B rows), 128-byte or none to 4.40 /
+// 4.23, where one contiguous bulk copy per page reaches 4.45 / 4.32 (H200, benchmarks/tma_stream_probe.cu, session 10).
+// Returns -1 for a value it does not know (Launch reports it).
 int TmaL2FromEnv() {
   static const int v = EnvChoice("HELIX_MLA_DECODE_TMA_L2", {{"128", CU_TENSOR_MAP_L2_PROMOTION_L2_128B},
                                                              {"256", CU_TENSOR_MAP_L2_PROMOTION_L2_256B},
@@ -1485,12 +1496,24 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
     // nvfp4 pages, G*H > 16, P % 64 == 0 (Launch checks): the decoding producer (kLoad 4), TMA raw tiles, no clusters.
     Q4Maps maps{};
     if ((err = EncodeQ4Maps(p, qp, &maps)) != cudaSuccess) return err;
-    constexpr auto kernel = mla_seesaw<kBf16, kVar & 7, 4>;
+    // HELIX_MLA_DECODE_NV4_MATH=f16 with bf16 activations: kLoad 6 (f16 math, Q rewritten as f16, the cheaper f16 decode).
+    constexpr auto kernel = [] {
+      if constexpr ((kVar & 8) != 0 && kBf16) return mla_seesaw<kBf16, kVar & 7, 6>;
+      else return mla_seesaw<kBf16, kVar & 7, 4>;
+    }();
+    if ((err = OptInSharedMemory(kernel, kSsSmemBytes, ready)) != cudaSuccess) return err;
+    if ((err = LaunchKernel(kernel, grid, dim3(kSsThreads), kSsSmemBytes, stream, nullptr, p, s, maps, qp)) != cudaSuccess)
+      return err;
+  } else if constexpr (kMode == kSeesaw && kFmt == kFmtFp8) {
+    // fp8 pages, G*H > 16, P % 64 == 0 (Launch checks): the decoding producer (kLoad 5), TMA raw tiles, f16 math.
+    Q8Maps maps{};
+    if ((err = EncodeQ8Maps(p, qp, &maps)) != cudaSuccess) return err;
+    constexpr auto kernel = mla_seesaw<kBf16, kVar & 7, 5>;
     if ((err = OptInSharedMemory(kernel, kSsSmemBytes, ready)) != cudaSuccess) return err;
     if ((err = LaunchKernel(kernel, grid, dim3(kSsThreads), kSsSmemBytes, stream, nullptr, p, s, maps, qp)) != cudaSuccess)
       return err;
   } else if constexpr (kMode == kSeesaw) {
-    static_assert(kFmt == kFmtNative, "the seesaw kernel reads 16-bit or nvfp4 pages");
+    static_assert(kFmt == kFmtNative, "the seesaw kernel reads 16-bit, nvfp4 or fp8 pages");
     constexpr int kV = kVar & 7;
     const int load = SeesawLoad<kBf16>(p, mtiles, kVar);
     if (load < 0) return cudaErrorInvalidValue;  // Launch checks the variable first and names it
@@ -1546,10 +1569,12 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_TMA_L2 must be 128, 256 or none");
   if (kFmt == kFmtNvfp4 && Nv4L2FromEnv() < 0)
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_NV4_L2 must be on or off");
+  if (kFmt == kFmtNvfp4 && Nv4MathFromEnv() < 0)
+    return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_NV4_MATH must be auto or f16");
   if (kFmt == kFmtFp8 && Fp8SFromEnv() < 0)
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_FP8_S must be auto, fast or f32");
   if (kFmt == kFmtFp8 && Mid8FromEnv() < 0)
-    return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_MID8 must be auto, seesaw or lockstep");
+    return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_MID8 must be auto, seesaw, lockstep or decode");
   if (mode < 0)
     return ffi::Error::InvalidArgument(kFmt == kFmtNative ? "helix_mla_decode: HELIX_MLA_DECODE_KERNEL must be auto, small, seesaw, wgmma or mma"
                                                           : "helix_mla_decode: HELIX_MLA_DECODE_DEQUANT must be auto, small8, small4, small, pipe, tile or fp8qk");
@@ -1569,12 +1594,17 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
     }
     if constexpr (kFmt == kFmtNvfp4) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ4, kFmt>(p, s, num_parts, mtiles, stream, qp)));
   } else if (kFmt == kFmtNvfp4 && mode == kSmallQ8 && p.P % kTokTile == 0) {  // nvfp4, G*H > 16: the decoding seesaw
-    if constexpr (kFmt == kFmtNvfp4) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmt>(p, s, num_parts, mtiles, stream, qp)));
+    if constexpr (kFmt == kFmtNvfp4) {
+      if (Nv4MathFromEnv() == 1) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmt, 8>(p, s, num_parts, mtiles, stream, qp)));
+      else HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmt>(p, s, num_parts, mtiles, stream, qp)));
+    }
   } else if (kFmt == kFmtFp8 && mode == kSmallQ8) {  // fp8, G*H > 16: mla_mid_q8s / mla_mid_q8, one CTA per 64 rows
     if constexpr (kFmt == kFmtFp8) {
       // HELIX_MLA_DECODE_MID8 picks the kernel, HELIX_MLA_DECODE_FP8_S its S accumulation (512: chains added in f32).
-      const bool seesaw = Mid8FromEnv() == 16384, f32 = Fp8SF32(p.GH);
-      if (seesaw && f32) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 16384 | 512>(p, s, num_parts, mtiles, stream, qp)));
+      const bool seesaw = Mid8FromEnv() != 0, f32 = Fp8SF32(p.GH);  // (decode where P % 64 != 0: mla_mid_q8s)
+      if (Mid8FromEnv() == 1 && p.P % kTokTile == 0)
+        HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmt>(p, s, num_parts, mtiles, stream, qp)));
+      else if (seesaw && f32) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 16384 | 512>(p, s, num_parts, mtiles, stream, qp)));
       else if (seesaw) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 16384>(p, s, num_parts, mtiles, stream, qp)));
       else if (f32) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 512>(p, s, num_parts, mtiles, stream, qp)));
       else HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt>(p, s, num_parts, mtiles, stream, qp)));

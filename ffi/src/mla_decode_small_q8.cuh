@@ -48,24 +48,11 @@ struct Q8BarsT {
   uint64_t q_full, q_empty;
 };
 using Q8Bars = Q8BarsT<kQ8Bufs>;
-// Tensor maps of an fp8 pool (TMA loads, P % 64 == 0): latent [N*P rows, 512 B], box 128 B x 64, 128-byte
-// swizzle; rope [N*P rows, 64 B], box 64 B x 64, 64-byte swizzle. A kernel parameter, encoded per call.
-struct Q8Maps {
-  CUtensorMap lat, rope;
-};
 // Ring, E4M3 Q, 16-bit Q staging, P^T x 2, softmax exchange x 2, Q row factors, merge area, barriers.
 constexpr int kQ8SmemBytes = kQ8Bufs * kQ8TileBytes + kQ8QBytes + kSmQBytes + 2 * kSmRows * 64 * 2 +
                              2 * 2 * 4 * 16 * 4 + kQ8QRows * 4 + 72 * 128 * 4 + (int)sizeof(Q8Bars) + 1024;
 static_assert(kQ8SmemBytes <= 227 * 1024, "mla_small_q8 exceeds the opt-in shared memory");
 
-// Byte offset of 16-byte unit u (0..35: 32 latent, 4 rope) of row `row` in a K-major tile of kRows rows:
-// latent in 4 blocks of [kRows x 128 B] with the 128-byte swizzle (wgmma layout 1, TMA SWIZZLE_128B), rope
-// in one block of [kRows x 64 B] with the 64-byte swizzle (layout 2, SWIZZLE_64B).
-template <int kRows>
-__device__ __forceinline__ int Q8Off(int row, int u) {
-  return u < 32 ? (u >> 3) * (kRows * 128) + row * 128 + (((u & 7) ^ (row & 7)) << 4)
-                : 4 * (kRows * 128) + row * 64 + ((((u - 32) & 3) ^ ((row >> 1) & 3)) << 4);
-}
 
 // Runs f(0) .. f(8) over a Q row's 9 chunks of 8 values: unrolled where f indexes registers, else a loop (f
 // re-reads shared memory: holding 72 floats would spill mla_small_q8's 96-register producer).

@@ -1,21 +1,28 @@
 #!/bin/bash
-# Session 19, call 1: the nvfp4 decoding seesaw with the next raw tile's L2 prefetch (HELIX_MLA_DECODE_NV4_L2) and its
-# f16 form enabled: standalone breakdown + timeline (.carry/ss4_trace, built with -DHELIX_SS_TRACE), the JAX benchmark
-# with the prefetch on / off, then the nvfp4 FFI format tests and the f16-query tests (both formats).
+# Prepared in session 19 (no device lent), for branch wip/nv4-l2-f16; call 1 of 2: standalone checks and breakdowns, then
+# the JAX benchmark. Carry helix_jax/_lib and .carry/ss4_trace (the standalone built with -DHELIX_SS_TRACE).
+#  - ss8 999: the fp8 decoding seesaw (mla_seesaw kLoad 5) against the double reference (smoke: 60 s)
+#  - ss8: its main-kernel time beside the bf16 seesaw and mla_mid_q8s, the load + decode pipeline alone, the math alone
+#  - ss4: the same for the nvfp4 decoding seesaw (L2 prefetch on / off, f16 math) and CTA (0, 0)'s timeline
+#  - JAX benchmark (ffi, L=64K, B 16/64, H=16 G=4 and H=128 G=1): bf16; nvfp4 with the prefetch on / off, with f16 math;
+#    fp8 with HELIX_MLA_DECODE_MID8=decode and with the default (mla_mid_q8s)
 export PYTHONPATH=$PWD
 nvidia-smi -L
-echo "== ss4 (standalone)"
-timeout 100 ./.carry/ss4_trace ss4 > $OUT/s19a_ss4.log 2>&1; echo "rc $?"
-cat $OUT/s19a_ss4.log | cut -c1-200
+echo "== ss8 checks"; timeout 60 ./.carry/ss4_trace ss8 999 > $OUT/s19a_ss8chk.log 2>&1; echo "rc $?"
+grep -E "ss8 case|FAIL|PASS|passing|error" $OUT/s19a_ss8chk.log | cut -c1-160 | tail -30
+echo "== ss8 timings"; timeout 90 ./.carry/ss4_trace ss8 > $OUT/s19a_ss8.log 2>&1; echo "rc $?"
+grep "ss8 B=" $OUT/s19a_ss8.log | cut -c1-260
+echo "== ss4"; timeout 100 ./.carry/ss4_trace ss4 > $OUT/s19a_ss4.log 2>&1; echo "rc $?"
+cut -c1-200 $OUT/s19a_ss4.log
 B="timeout 80 python3 benchmarks/mla_decode.py --backends ffi --L 65536 --iterations 20 --no-ceilings --B 16,64 --hg 16x4,128x1"
-for r in 1 2; do
-  for l2 in on off; do
-    HELIX_MLA_DECODE_NV4_L2=$l2 $B --kv-dtypes nvfp4 --name s19a_${l2}_$r --out $OUT > $OUT/s19a_${l2}_$r.log 2>&1; echo "l2 $l2 round $r rc $?"
-    grep "backend=" $OUT/s19a_${l2}_$r.log | sed -e 's/ L=65536//' -e 's/page_size=64 //' | cut -c1-110
-  done
-done
-$B --kv-dtypes bf16 --name s19a_bf16 --out $OUT > $OUT/s19a_bf16.log 2>&1; echo "bf16 rc $?"
-grep "backend=" $OUT/s19a_bf16.log | sed -e 's/ L=65536//' -e 's/page_size=64 //' | cut -c1-110
-echo "== formats: nvfp4 ffi + f16 queries"
-timeout 260 python3 -m pytest -m gpu tests/test_mla_decode_formats.py -k "(nvfp4 and ffi) or f16_queries" -q > $OUT/s19a_formats.log 2>&1; echo rc $?
-grep -E "passed|failed|Error|assert" $OUT/s19a_formats.log | cut -c1-300 | tail -15
+run() {  # name, kv dtype, env...
+  local name=$1 dt=$2; shift 2
+  env "$@" $B --kv-dtypes $dt --name s19a_$name --out $OUT > $OUT/s19a_$name.log 2>&1; echo "$name rc $?"
+  grep "backend=" $OUT/s19a_$name.log | sed -e 's/ L=65536//' -e 's/page_size=64 //' | cut -c1-110
+}
+run bf16 bf16
+run nv4_l2on nvfp4 HELIX_MLA_DECODE_NV4_L2=on
+run nv4_l2off nvfp4 HELIX_MLA_DECODE_NV4_L2=off
+run nv4_f16math nvfp4 HELIX_MLA_DECODE_NV4_MATH=f16
+run fp8_decode fp8_e4m3 HELIX_MLA_DECODE_MID8=decode
+run fp8_mid8s fp8_e4m3 HELIX_MLA_DECODE_MID8=auto
