@@ -1174,8 +1174,8 @@ inline int EnvChoice(const char* var, std::initializer_list<EnvName> names) {
 //     E4M3 terms; B=64, H=16, G=1, L=64K on the H200: 1.8x the bf16 kernel) and nvfp4 pages mla_small_q4 (raw
 //     E2M1 tiles, both products' A operands decoded in registers); where G*H > 16, fp8 pages run mla_mid_q8s
 //     (consumers alternating raw tiles, PV on E4M3 tensor cores) or mla_mid_q8 (HELIX_MLA_DECODE_MID8), nvfp4 pages
-//     the seesaw kernel with a decoding producer where P % 64 == 0 and the activations are bf16 (mla_seesaw kLoad 4:
-//     TMA raw tiles decoded in place into the 16-bit tiles; 1.3x pipe on the H200, session 18), else pipe;
+//     the seesaw kernel with a decoding producer where P % 64 == 0 (mla_seesaw kLoad 4, or 6 for bf16 activations
+//     (HELIX_MLA_DECODE_NV4_MATH): TMA raw tiles decoded in place into f16 tiles; 1.4x pipe on the H200), else pipe;
 //   small8, small4: same as auto;
 //   small: the producer-dequantizing small-G*H kernel for both formats where G*H <= 16, else pipe;
 //   tile: all threads dequantize the whole staged tile, barrier, then S (simple, one more barrier);
@@ -1214,7 +1214,9 @@ bool Fp8SF32(int gh) {
 //   auto (default), seesaw: mla_mid_q8s (consumers alternate tiles; P rounded to E4M3 for PV on fp8 tensor cores);
 //   lockstep: mla_mid_q8 (both consumers on every tile, P in f16: o about 2x closer to the reference, ~0.75x the speed);
 //   decode: the seesaw kernel with a decoding producer (mla_seesaw kLoad 5: E4M3 tiles converted in place to f16, f16
-//     math, Q rewritten as f16 for bf16 activations) where P % 64 == 0, else mla_mid_q8s. Not run on a GPU yet.
+//     math, Q rewritten as f16 for bf16 activations) where P % 64 == 0, else mla_mid_q8s. Correct, but 0.92x bf16
+//     against mla_mid_q8s' 1.23x at H=16 G=4 B=64 L=64K (session 20: the producer's raw load -> decode chain sets the
+//     pace); kept for experiments.
 // Returns the LaunchMain kVar bit (16384 = mla_mid_q8s) or 0 for lockstep, 1 for decode, -1 for anything else.
 int Mid8FromEnv() {
   static const int mode = EnvChoice("HELIX_MLA_DECODE_MID8",
@@ -1258,16 +1260,18 @@ PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
   return encode;
 }
 
-// The nvfp4 decoding seesaw's math with bf16 activations, from HELIX_MLA_DECODE_NV4_MATH (auto | f16; read once):
-// auto decodes into bf16 tiles (kLoad 4), f16 rewrites Q as f16 with a power-of-two row scale and decodes into f16 tiles
-// (kLoad 6: one byte permute less per four codes). Not run on a GPU yet. -1 for anything else.
+// The nvfp4 decoding seesaw's math with bf16 activations, from HELIX_MLA_DECODE_NV4_MATH (auto | f16 | bf16; read once):
+// auto = f16 rewrites Q as f16 with a power-of-two row scale and decodes into f16 tiles (kLoad 6: one byte permute less
+// per four codes; 1.08-1.09x kLoad 4 under JAX at L=64K, session 20); bf16 decodes into bf16 tiles (kLoad 4). Returns
+// 1 for f16, 0 for bf16, -1 for anything else.
 int Nv4MathFromEnv() {
-  static const int mode = EnvChoice("HELIX_MLA_DECODE_NV4_MATH", {{"auto", 0}, {"f16", 1}});
+  static const int mode = EnvChoice("HELIX_MLA_DECODE_NV4_MATH", {{"auto", 1}, {"f16", 1}, {"bf16", 0}});
   return mode;
 }
 
 // The decoding seesaws' (nvfp4; fp8 with HELIX_MLA_DECODE_MID8=decode) L2 prefetch of the next raw tile, from
-// HELIX_MLA_DECODE_NV4_L2 (on | off; default on), read once; -1 for anything else (Launch reports it).
+// HELIX_MLA_DECODE_NV4_L2 (on | off; default on), read once; -1 for anything else (Launch reports it). Session 20:
+// nvfp4 0.3-1 % faster with it under JAX at L=64K, the fp8 decoding seesaw 1.10x.
 int Nv4L2FromEnv() {
   static const int mode = EnvChoice("HELIX_MLA_DECODE_NV4_L2", {{"on", 1}, {"off", 0}});
   return mode;
@@ -1496,7 +1500,8 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
     // nvfp4 pages, G*H > 16, P % 64 == 0 (Launch checks): the decoding producer (kLoad 4), TMA raw tiles, no clusters.
     Q4Maps maps{};
     if ((err = EncodeQ4Maps(p, qp, &maps)) != cudaSuccess) return err;
-    // HELIX_MLA_DECODE_NV4_MATH=f16 with bf16 activations: kLoad 6 (f16 math, Q rewritten as f16, the cheaper f16 decode).
+    // kVar bit 8 (HELIX_MLA_DECODE_NV4_MATH auto / f16) with bf16 activations: kLoad 6 (f16 math, Q rewritten as f16, the
+    // cheaper f16 decode); f16 activations run kLoad 4, which decodes into f16 already.
     constexpr auto kernel = [] {
       if constexpr ((kVar & 8) != 0 && kBf16) return mla_seesaw<kBf16, kVar & 7, 6>;
       else return mla_seesaw<kBf16, kVar & 7, 4>;
@@ -1567,10 +1572,10 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
         "helix_mla_decode: HELIX_MLA_DECODE_LOAD must be auto, cpasync, tma_evict_first, tma or tma_multicast");
   if (TmaL2FromEnv() < 0)
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_TMA_L2 must be 128, 256 or none");
-  if (kFmt == kFmtNvfp4 && Nv4L2FromEnv() < 0)
+  if (kFmt != kFmtNative && Nv4L2FromEnv() < 0)
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_NV4_L2 must be on or off");
   if (kFmt == kFmtNvfp4 && Nv4MathFromEnv() < 0)
-    return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_NV4_MATH must be auto or f16");
+    return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_NV4_MATH must be auto, f16 or bf16");
   if (kFmt == kFmtFp8 && Fp8SFromEnv() < 0)
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_FP8_S must be auto, fast or f32");
   if (kFmt == kFmtFp8 && Mid8FromEnv() < 0)
