@@ -229,7 +229,7 @@ template <int kMode, int kFmt = kFmtNative, int kVar = 0>
 static void Run(Dev& d, const QParams& qp = QParams{}, int part = 0) {
   Params p = d.p;
   const int mtiles = (p.GH + kRowsTile - 1) / kRowsTile;
-  const int num_parts = MainParts<true>(p, d.num_sms, mtiles, kMode == kSeesaw, kVar);
+  const int num_parts = MainParts<true>(p, d.num_sms, mtiles, kMode == kSeesaw && kFmt == kFmtNative, kVar);
   const WsLayout l = Layout(p.B, p.GH);
   Sched s{reinterpret_cast<int4*>(d.ws + l.seg), reinterpret_cast<int2*>(d.ws + l.part), reinterpret_cast<int2*>(d.ws + l.batch),
           num_parts};
@@ -786,6 +786,84 @@ int main(int argc, char** argv) {
     return 0;
   }
 #endif
+  if (argc > 1 && std::strcmp(argv[1], "ss8") == 0) {
+    // fp8 pages through the seesaw kernel with a decoding producer (mla_seesaw kLoad 5: E4M3 tiles converted in place to
+    // f16, f16 math, bf16 Q rewritten as f16): checks on the mid cases with P % 64 == 0 against the double reference
+    // (the next tile's L2 prefetch on and off), then main-kernel timings at L=64K beside the bf16 seesaw and mla_mid_q8s
+    // (its default S accumulation), with the load + decode pipeline alone and the math alone. "ss8 999": checks only.
+    const bool checks_only = argc > 2 && std::atoi(argv[2]) == 999;
+    bool all = true;
+    for (size_t ci = 0; ci < mid_cases.size(); ++ci) {
+      const CaseDef& cd = mid_cases[ci];
+      if (cd.P % kTokTile != 0) continue;
+      Case c = MakeCase(cd.B, cd.G, cd.H, cd.P, cd.lens, 61 + (unsigned)ci);
+      QHost qh = MakeQuant(c, kFmtFp8, 63 + (unsigned)ci);
+      Dev d = Upload(c, scale);
+      QParams qp = UploadQuant(qh);
+      std::printf("ss8 case %zu (B=%d G=%d H=%d P=%d):\n", ci, cd.B, cd.G, cd.H, cd.P);
+      for (int on = 1; on >= 0; --on) {
+        qp.l2_next = on;
+        all &= RunChecked(c, d, scale, [&] { Run<kSeesaw, kFmtFp8>(d, qp); });
+      }
+      FreeQuant(qp);
+      Free(d);
+    }
+    std::printf("ss8 checks passing: %s\n", all ? "yes" : "NO");
+    if (!all || checks_only) return all ? 0 : 1;
+    struct S { int B, G, H; };
+    for (S sh : {S{64, 4, 16}, S{16, 4, 16}, S{64, 1, 128}}) {
+      Dev d = UploadTiming(sh.B, sh.G, sh.H, 64, 65536, scale);
+      QParams q1 = QuantTiming(d, kFmtFp8), q0 = q1;
+      q1.l2_next = 1;
+      q0.l2_next = 0;
+      const int it = 5;
+      const float bf = TimeMs<kSeesaw, kFmtNative, 0>(d, it, QParams{}, 1);
+      const float mid = sh.G * sh.H > 64 ? TimeMs<kMidQ8, kFmtFp8, 16384 | 512>(d, it, q1, 1) : TimeMs<kMidQ8, kFmtFp8, 16384>(d, it, q1, 1);
+      const float a1 = TimeMs<kSeesaw, kFmtFp8, 0>(d, it, q1, 1), a0 = TimeMs<kSeesaw, kFmtFp8, 0>(d, it, q0, 1);
+      const float l1 = TimeMs<kSeesaw, kFmtFp8, 2>(d, it, q1, 1), mt = TimeMs<kSeesaw, kFmtFp8, 4>(d, it, q1, 1);
+      std::printf("ss8 B=%d G=%d H=%d main kernel ms: bf16 %.4f | mla_mid_q8s %.4f (%.2fx bf16) | fp8 decoding seesaw l2 on "
+                  "%.4f (%.2fx) off %.4f (%.2fx) | load+decode alone %.4f | math alone %.4f\n", sh.B, sh.G, sh.H, bf, mid,
+                  bf / mid, a1, bf / a1, a0, bf / a0, l1, mt);
+      FreeQuant(q1);
+      Free(d);
+    }
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "ss4") == 0) {
+    // The nvfp4 decoding seesaw (mla_seesaw kLoad 4) at L=64K, main kernel only: with / without the next raw tile's
+    // L2 prefetch, the load + decode pipeline alone (consumers wait and release), the math alone (no raw copies, no
+    // decode), beside the bf16 seesaw; with -DHELIX_SS_TRACE also a timeline of CTA (0, 0) (tiles 40..48).
+    struct S { int B, G, H; };
+    for (S sh : {S{64, 4, 16}, S{16, 4, 16}, S{64, 1, 128}}) {
+      Dev d = UploadTiming(sh.B, sh.G, sh.H, 64, 65536, scale);
+      QParams q1 = QuantTiming(d, kFmtNvfp4), q0 = q1;
+      q1.l2_next = 1;
+      q0.l2_next = 0;
+      const int it = 5;
+      const float bf = TimeMs<kSeesaw, kFmtNative, 0>(d, it, QParams{}, 1);
+      const float a1 = TimeMs<kSeesaw, kFmtNvfp4, 0>(d, it, q1, 1), a0 = TimeMs<kSeesaw, kFmtNvfp4, 0>(d, it, q0, 1);
+      const float l1 = TimeMs<kSeesaw, kFmtNvfp4, 2>(d, it, q1, 1), l0 = TimeMs<kSeesaw, kFmtNvfp4, 2>(d, it, q0, 1);
+      const float mt = TimeMs<kSeesaw, kFmtNvfp4, 4>(d, it, q1, 1);
+      const float f1 = TimeMs<kSeesaw, kFmtNvfp4, 8>(d, it, q1, 1), fl = TimeMs<kSeesaw, kFmtNvfp4, 8 | 2>(d, it, q1, 1);
+      std::printf("ss4 B=%d G=%d H=%d main kernel ms: bf16 %.4f | nvfp4 l2 on %.4f (%.2fx bf16) off %.4f (%.2fx) | "
+                  "load+decode alone on %.4f off %.4f | math alone %.4f | f16 math (kLoad 6) %.4f (%.2fx), its load+decode "
+                  "alone %.4f\n", sh.B, sh.G, sh.H, bf, a1, bf / a1, a0, bf / a0, l1, l0, mt, f1, bf / f1, fl);
+#ifdef HELIX_SS_TRACE
+      static long long tr[kTrEvents][kTrTiles];
+      static const char* const names[kTrEvents] = {"P:iss", "P:raw", "P:dec", "start", "rel", "first", "last", "Sdone", "smax", "PViss", "ofetch"};
+      for (int on = 1; on >= 0; --on) {
+        const int khz = TraceCall(g_ss_trace, tr, [&] { Run<kSeesaw, kFmtNvfp4, 0>(d, on ? q1 : q0); });
+        const int k1 = sh.B >= 64 ? 200 : 100;
+        std::printf("ss4 trace B=%d G=%d H=%d l2 %s (clock %d MHz), us from tile 40's raw issue; tiles 40..%d per tile %.3f us\n",
+                    sh.B, sh.G, sh.H, on ? "on" : "off", khz / 1000, k1, (tr[kTrPart0][k1] - tr[kTrPart0][40]) * 1e3 / khz / (k1 - 40));
+        PrintTimeline(tr, names, khz, kTrPart0, 40, 48, 7);
+      }
+#endif
+      FreeQuant(q1);
+      Free(d);
+    }
+    return 0;
+  }
   if (argc > 2 && std::strcmp(argv[1], "s8prof") == 0) {
     // One main-kernel launch of mla_mid_q8s at B=64 G=4 H=16 L=64K after one warm-up launch, for Nsight Compute
     // (--launch-skip 1 --launch-count 1): "s8prof 1" mla_mid_q8s, "s8prof 0" mla_mid_q8.

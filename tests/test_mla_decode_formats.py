@@ -410,12 +410,47 @@ def test_gpu_nvfp4_pipe_variant():
 
 
 @pytest.mark.gpu
+def test_gpu_nvfp4_bf16_math_variant():
+    """HELIX_MLA_DECODE_NV4_MATH=bf16 runs the nvfp4 decoding seesaw with bf16 math for bf16 queries (codes decoded into
+    bf16 tiles; the default rewrites Q as f16 and decodes into f16 tiles, 1.08x faster, session 20): it passes every
+    nvfp4 FFI GPU format case, the R2 examples and the determinism reruns."""
+    rc, out, err = _formats_subprocess({"HELIX_MLA_DECODE_NV4_MATH": "bf16"},
+                                       "(test_gpu_formats or test_gpu_r2_examples or test_gpu_ffi_formats_are_deterministic)"
+                                       " and nvfp4 and ffi")
+    assert rc == 0 and " passed" in out, out[-4000:] + err[-4000:]
+
+
+@pytest.mark.gpu
+def test_gpu_fp8_decode_variant():
+    """HELIX_MLA_DECODE_MID8=decode runs fp8 pages at G*H > 16 on the seesaw kernel with a decoding producer (E4M3 tiles
+    converted in place to f16, f16 math; bf16 queries rewritten as f16) where the page size is a multiple of 64: it
+    passes every fp8 FFI GPU format case, the R2 examples and the f16-query cases. (Slower than the default
+    mla_mid_q8s, session 20; kept for experiments.)"""
+    rc, out, err = _formats_subprocess({"HELIX_MLA_DECODE_MID8": "decode"},
+                                       "(test_gpu_formats or test_gpu_r2_examples or test_gpu_ffi_formats_are_deterministic)"
+                                       " and fp8_e4m3 and (ffi or f16_queries)")
+    assert rc == 0 and " passed" in out, out[-4000:] + err[-4000:]
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("var,value,message", [
     ("HELIX_MLA_DECODE_FP8_S", "bf16", "HELIX_MLA_DECODE_FP8_S must be auto, fast or f32"),
-    ("HELIX_MLA_DECODE_MID8", "fast", "HELIX_MLA_DECODE_MID8 must be auto, seesaw or lockstep"),
+    ("HELIX_MLA_DECODE_MID8", "fast", "HELIX_MLA_DECODE_MID8 must be auto, seesaw, lockstep or decode"),
 ], ids=["fp8_s", "mid8"])
 def test_gpu_bad_fp8_env_names_the_variable(var, value, message):
     """A bad value of an fp8 kernel variable is an error naming the variable and its values, not a silent default."""
     rc, out, err = _formats_subprocess({var: value}, "test_gpu_formats and fp8_e4m3 and ffi", stop_first=True)
+    assert rc != 0, (out + err)[-4000:]
+    assert message in out + err, (out + err)[-4000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("var,value,message", [
+    ("HELIX_MLA_DECODE_NV4_MATH", "fp8", "HELIX_MLA_DECODE_NV4_MATH must be auto, f16 or bf16"),
+    ("HELIX_MLA_DECODE_NV4_L2", "yes", "HELIX_MLA_DECODE_NV4_L2 must be on or off"),
+], ids=["nv4_math", "nv4_l2"])
+def test_gpu_bad_nvfp4_env_names_the_variable(var, value, message):
+    """A bad value of an nvfp4 decoding-seesaw variable is an error naming the variable and its values."""
+    rc, out, err = _formats_subprocess({var: value}, "test_gpu_formats and nvfp4 and ffi", stop_first=True)
     assert rc != 0, (out + err)[-4000:]
     assert message in out + err, (out + err)[-4000:]

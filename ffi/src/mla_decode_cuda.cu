@@ -444,6 +444,7 @@ struct QParams {
   const uint8_t* lat_sf;    // nvfp4 [N, P, 32] e4m3 block scales
   const uint8_t* rope_sf;   // nvfp4 [N, P, 4] e4m3 block scales
   const float* kv_scale;    // [1] per-tensor orig->quant scale (fp8 scale / nvfp4 global_scale)
+  int l2_next;              // nvfp4 decoding seesaw: prefetch the next raw tile into L2 (HELIX_MLA_DECODE_NV4_L2)
 };
 
 // Global address of 16-byte chunk ch (0..71: 64 latent, then 8 rope) of pool row `row` / query row `qrow`.
@@ -1173,8 +1174,8 @@ inline int EnvChoice(const char* var, std::initializer_list<EnvName> names) {
 //     E4M3 terms; B=64, H=16, G=1, L=64K on the H200: 1.8x the bf16 kernel) and nvfp4 pages mla_small_q4 (raw
 //     E2M1 tiles, both products' A operands decoded in registers); where G*H > 16, fp8 pages run mla_mid_q8s
 //     (consumers alternating raw tiles, PV on E4M3 tensor cores) or mla_mid_q8 (HELIX_MLA_DECODE_MID8), nvfp4 pages
-//     the seesaw kernel with a decoding producer where P % 64 == 0 and the activations are bf16 (mla_seesaw kLoad 4:
-//     TMA raw tiles decoded in place into the 16-bit tiles; 1.3x pipe on the H200, session 18), else pipe;
+//     the seesaw kernel with a decoding producer where P % 64 == 0 (mla_seesaw kLoad 4, or 6 for bf16 activations
+//     (HELIX_MLA_DECODE_NV4_MATH): TMA raw tiles decoded in place into f16 tiles; 1.4x pipe on the H200), else pipe;
 //   small8, small4: same as auto;
 //   small: the producer-dequantizing small-G*H kernel for both formats where G*H <= 16, else pipe;
 //   tile: all threads dequantize the whole staged tile, barrier, then S (simple, one more barrier);
@@ -1211,10 +1212,15 @@ bool Fp8SF32(int gh) {
 // fp8 pages at G*H > 16 from HELIX_MLA_DECODE_MID8, read once (one CTA per 64 query rows; HELIX_MLA_DECODE_FP8_S picks
 // the S accumulation of either):
 //   auto (default), seesaw: mla_mid_q8s (consumers alternate tiles; P rounded to E4M3 for PV on fp8 tensor cores);
-//   lockstep: mla_mid_q8 (both consumers on every tile, P in f16: o about 2x closer to the reference, ~0.75x the speed).
-// Returns the LaunchMain kVar bit (16384 = mla_mid_q8s) or 0 for lockstep, -1 for anything else.
+//   lockstep: mla_mid_q8 (both consumers on every tile, P in f16: o about 2x closer to the reference, ~0.75x the speed);
+//   decode: the seesaw kernel with a decoding producer (mla_seesaw kLoad 5: E4M3 tiles converted in place to f16, f16
+//     math, Q rewritten as f16 for bf16 activations) where P % 64 == 0, else mla_mid_q8s. Correct, but 0.92x bf16
+//     against mla_mid_q8s' 1.23x at H=16 G=4 B=64 L=64K (session 20: the producer's raw load -> decode chain sets the
+//     pace); kept for experiments.
+// Returns the LaunchMain kVar bit (16384 = mla_mid_q8s) or 0 for lockstep, 1 for decode, -1 for anything else.
 int Mid8FromEnv() {
-  static const int mode = EnvChoice("HELIX_MLA_DECODE_MID8", {{"auto", 16384}, {"seesaw", 16384}, {"lockstep", 0}});
+  static const int mode = EnvChoice("HELIX_MLA_DECODE_MID8",
+                                    {{"auto", 16384}, {"seesaw", 16384}, {"lockstep", 0}, {"decode", 1}});
   return mode;
 }
 
@@ -1252,6 +1258,23 @@ PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
   return encode;
+}
+
+// The nvfp4 decoding seesaw's math with bf16 activations, from HELIX_MLA_DECODE_NV4_MATH (auto | f16 | bf16; read once):
+// auto = f16 rewrites Q as f16 with a power-of-two row scale and decodes into f16 tiles (kLoad 6: one byte permute less
+// per four codes; 1.08-1.09x kLoad 4 under JAX at L=64K, session 20); bf16 decodes into bf16 tiles (kLoad 4). Returns
+// 1 for f16, 0 for bf16, -1 for anything else.
+int Nv4MathFromEnv() {
+  static const int mode = EnvChoice("HELIX_MLA_DECODE_NV4_MATH", {{"auto", 1}, {"f16", 1}, {"bf16", 0}});
+  return mode;
+}
+
+// The decoding seesaws' (nvfp4; fp8 with HELIX_MLA_DECODE_MID8=decode) L2 prefetch of the next raw tile, from
+// HELIX_MLA_DECODE_NV4_L2 (on | off; default on), read once; -1 for anything else (Launch reports it). Session 20:
+// nvfp4 0.3-1 % faster with it under JAX at L=64K, the fp8 decoding seesaw 1.10x.
+int Nv4L2FromEnv() {
+  static const int mode = EnvChoice("HELIX_MLA_DECODE_NV4_L2", {{"on", 1}, {"off", 0}});
+  return mode;
 }
 
 // L2 promotion of every KV-pool tensor map, from HELIX_MLA_DECODE_TMA_L2 (128 | 256 | none; default 128), read once.
@@ -1477,12 +1500,25 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
     // nvfp4 pages, G*H > 16, P % 64 == 0 (Launch checks): the decoding producer (kLoad 4), TMA raw tiles, no clusters.
     Q4Maps maps{};
     if ((err = EncodeQ4Maps(p, qp, &maps)) != cudaSuccess) return err;
-    constexpr auto kernel = mla_seesaw<kBf16, kVar & 7, 4>;
+    // kVar bit 8 (HELIX_MLA_DECODE_NV4_MATH auto / f16) with bf16 activations: kLoad 6 (f16 math, Q rewritten as f16, the
+    // cheaper f16 decode); f16 activations run kLoad 4, which decodes into f16 already.
+    constexpr auto kernel = [] {
+      if constexpr ((kVar & 8) != 0 && kBf16) return mla_seesaw<kBf16, kVar & 7, 6>;
+      else return mla_seesaw<kBf16, kVar & 7, 4>;
+    }();
+    if ((err = OptInSharedMemory(kernel, kSsSmemBytes, ready)) != cudaSuccess) return err;
+    if ((err = LaunchKernel(kernel, grid, dim3(kSsThreads), kSsSmemBytes, stream, nullptr, p, s, maps, qp)) != cudaSuccess)
+      return err;
+  } else if constexpr (kMode == kSeesaw && kFmt == kFmtFp8) {
+    // fp8 pages, G*H > 16, P % 64 == 0 (Launch checks): the decoding producer (kLoad 5), TMA raw tiles, f16 math.
+    Q8Maps maps{};
+    if ((err = EncodeQ8Maps(p, qp, &maps)) != cudaSuccess) return err;
+    constexpr auto kernel = mla_seesaw<kBf16, kVar & 7, 5>;
     if ((err = OptInSharedMemory(kernel, kSsSmemBytes, ready)) != cudaSuccess) return err;
     if ((err = LaunchKernel(kernel, grid, dim3(kSsThreads), kSsSmemBytes, stream, nullptr, p, s, maps, qp)) != cudaSuccess)
       return err;
   } else if constexpr (kMode == kSeesaw) {
-    static_assert(kFmt == kFmtNative, "the seesaw kernel reads 16-bit or nvfp4 pages");
+    static_assert(kFmt == kFmtNative, "the seesaw kernel reads 16-bit, nvfp4 or fp8 pages");
     constexpr int kV = kVar & 7;
     const int load = SeesawLoad<kBf16>(p, mtiles, kVar);
     if (load < 0) return cudaErrorInvalidValue;  // Launch checks the variable first and names it
@@ -1536,10 +1572,14 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
         "helix_mla_decode: HELIX_MLA_DECODE_LOAD must be auto, cpasync, tma_evict_first, tma or tma_multicast");
   if (TmaL2FromEnv() < 0)
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_TMA_L2 must be 128, 256 or none");
+  if (kFmt != kFmtNative && Nv4L2FromEnv() < 0)
+    return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_NV4_L2 must be on or off");
+  if (kFmt == kFmtNvfp4 && Nv4MathFromEnv() < 0)
+    return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_NV4_MATH must be auto, f16 or bf16");
   if (kFmt == kFmtFp8 && Fp8SFromEnv() < 0)
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_FP8_S must be auto, fast or f32");
   if (kFmt == kFmtFp8 && Mid8FromEnv() < 0)
-    return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_MID8 must be auto, seesaw or lockstep");
+    return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_MID8 must be auto, seesaw, lockstep or decode");
   if (mode < 0)
     return ffi::Error::InvalidArgument(kFmt == kFmtNative ? "helix_mla_decode: HELIX_MLA_DECODE_KERNEL must be auto, small, seesaw, wgmma or mma"
                                                           : "helix_mla_decode: HELIX_MLA_DECODE_DEQUANT must be auto, small8, small4, small, pipe, tile or fp8qk");
@@ -1558,15 +1598,18 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
       else HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ8, kFmt>(p, s, num_parts, mtiles, stream, qp)));
     }
     if constexpr (kFmt == kFmtNvfp4) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ4, kFmt>(p, s, num_parts, mtiles, stream, qp)));
-  } else if (kFmt == kFmtNvfp4 && kBf16 && mode == kSmallQ8 && p.P % kTokTile == 0) {  // nvfp4, G*H > 16: the decoding seesaw
-    // bf16 activations only for now: its f16 form compiles (E2m1x4ToF16, f16 scale pairs) but has not run on a GPU
-    // (test_gpu_formats_f16_queries is new in session 18); f16 keeps pipe.
-    if constexpr (kFmt == kFmtNvfp4 && kBf16) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmt>(p, s, num_parts, mtiles, stream, qp)));
+  } else if (kFmt == kFmtNvfp4 && mode == kSmallQ8 && p.P % kTokTile == 0) {  // nvfp4, G*H > 16: the decoding seesaw
+    if constexpr (kFmt == kFmtNvfp4) {
+      if (Nv4MathFromEnv() == 1) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmt, 8>(p, s, num_parts, mtiles, stream, qp)));
+      else HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmt>(p, s, num_parts, mtiles, stream, qp)));
+    }
   } else if (kFmt == kFmtFp8 && mode == kSmallQ8) {  // fp8, G*H > 16: mla_mid_q8s / mla_mid_q8, one CTA per 64 rows
     if constexpr (kFmt == kFmtFp8) {
       // HELIX_MLA_DECODE_MID8 picks the kernel, HELIX_MLA_DECODE_FP8_S its S accumulation (512: chains added in f32).
-      const bool seesaw = Mid8FromEnv() == 16384, f32 = Fp8SF32(p.GH);
-      if (seesaw && f32) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 16384 | 512>(p, s, num_parts, mtiles, stream, qp)));
+      const bool seesaw = Mid8FromEnv() != 0, f32 = Fp8SF32(p.GH);  // (decode where P % 64 != 0: mla_mid_q8s)
+      if (Mid8FromEnv() == 1 && p.P % kTokTile == 0)
+        HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmt>(p, s, num_parts, mtiles, stream, qp)));
+      else if (seesaw && f32) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 16384 | 512>(p, s, num_parts, mtiles, stream, qp)));
       else if (seesaw) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 16384>(p, s, num_parts, mtiles, stream, qp)));
       else if (f32) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 512>(p, s, num_parts, mtiles, stream, qp)));
       else HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt>(p, s, num_parts, mtiles, stream, qp)));
@@ -1698,6 +1741,7 @@ ffi::Error MlaDecodeQuantCuda(const char* tgt, cudaStream_t stream, ffi::AnyBuff
     qp.rope_sf = static_cast<const uint8_t*>(pv[3]->untyped_data());
   }
   qp.kv_scale = static_cast<const float*>(scale.untyped_data());
+  qp.l2_next = Nv4L2FromEnv() == 1;
   p.page_table = page_table.typed_data();
   p.bounds = kv_bounds.typed_data();
   p.B = (int)s.B; p.G = (int)s.G; p.H = (int)s.H; p.GH = (int)s.rows();

@@ -61,7 +61,7 @@ constexpr int kSsProducerRegs = 40, kSsConsumerRegs = 232;  // setmaxnreg budget
 // kLoad 4: the decoding producer's registers set its pace (H200, session 18: 40 / 232 and 56 / 224 spilled in the decode,
 // 72 / 216 was 1-5 % slower than 88 / 208, which compiles without spills in either region).
 constexpr int kSsNv4ProducerRegs = 88, kSsNv4ConsumerRegs = 208;
-constexpr int kSsSmemBytes = 3 * kSsTileBytes + 2 * 64 * 4 + 2 * 2 * 64 * 4 + 32 * 8 + 1024;
+constexpr int kSsSmemBytes = 3 * kSsTileBytes + 2 * 64 * 4 + 2 * 2 * 64 * 4 + 32 * 8 + 64 * 4 + 1024;
 
 struct SsBars {
   uint64_t full[2][9];   // per buffer, per 64-column block: 128 producer arrivals (cp.async) or 1 (+ bytes: TMA)
@@ -69,7 +69,7 @@ struct SsBars {
   // arrivals), [1] the rope/P block, [2] the other V half (both WGs: 256); multicast: one per warp and CTA
   uint64_t empty[2][3];
   uint64_t q_full, q_empty;
-  uint64_t raw[2];  // kLoad 4: a buffer's raw nvfp4 bytes (1 arrival + 20736 bytes)
+  uint64_t raw[2];  // kLoad 4 / 5: a buffer's raw nvfp4 / fp8 bytes (1 arrival + 20736 / 36864 bytes)
 };
 
 __device__ __forceinline__ void MbarInit(uint64_t* b, int count) {
@@ -171,8 +171,22 @@ struct SsMaps {
 struct Q4Maps {
   CUtensorMap lat, rope, lsf;
 };
+// Tensor maps of an fp8 pool (TMA loads, P % 64 == 0; mla_small_q8, mla_mid_q8(s) and the seesaw kernel's decoding
+// producer): latent [N*P rows, 512 B], box 128 B x 64, 128-byte swizzle; rope [N*P rows, 64 B], box 64 B x 64, 64-byte
+// swizzle. A kernel parameter, encoded per call.
+struct Q8Maps {
+  CUtensorMap lat, rope;
+};
+// Byte offset of 16-byte unit u (0..35: 32 latent, 4 rope) of row `row` in a K-major tile of kRows rows:
+// latent in 4 blocks of [kRows x 128 B] with the 128-byte swizzle (wgmma layout 1, TMA SWIZZLE_128B), rope
+// in one block of [kRows x 64 B] with the 64-byte swizzle (layout 2, SWIZZLE_64B).
+template <int kRows>
+__device__ __forceinline__ int Q8Off(int row, int u) {
+  return u < 32 ? (u >> 3) * (kRows * 128) + row * 128 + (((u & 7) ^ (row & 7)) << 4)
+                : 4 * (kRows * 128) + row * 64 + ((((u - 32) & 3) ^ ((row >> 1) & 3)) << 4);
+}
 template <int kLoad>
-using SsMapsT = std::conditional_t<kLoad == 4, Q4Maps, SsMaps>;
+using SsMapsT = std::conditional_t<kLoad == 4 || kLoad == 6, Q4Maps, std::conditional_t<kLoad == 5, Q8Maps, SsMaps>>;
 
 // One 1-D bulk copy global -> shared (16-byte multiples, 16-byte aligned), completing its bytes on bar.
 __device__ __forceinline__ void BulkLoad(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
@@ -240,6 +254,30 @@ __device__ __forceinline__ void Nv4TmaTile(unsigned char* lat, unsigned char* ro
   TmaLoad2d<false>(rope, &maps.rope, 0, y, bar, 0);
   TmaLoad2d<false>(lsf, &maps.lsf, 0, y, bar, 0);
   BulkLoad(rsf, qp.rope_sf + (size_t)y * (kDr / 16), kTokTile * 4, bar);
+}
+
+// L2 prefetch of the raw bytes Nv4TmaTile would copy for pool row y (no shared memory, no barrier).
+__device__ __forceinline__ void Nv4PrefetchTile(const Q4Maps& maps, const QParams& qp, int y) {
+  auto tensor = [](const CUtensorMap* map, int x, int yy) {
+    asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n"
+                 ::"l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(yy) : "memory");
+  };
+  tensor(&maps.lat, 0, y);
+  tensor(&maps.lat, 128, y);
+  tensor(&maps.rope, 0, y);
+  tensor(&maps.lsf, 0, y);
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n"
+               ::"l"(qp.rope_sf + (size_t)y * (kDr / 16)), "r"(kTokTile * 4) : "memory");
+}
+
+// L2 prefetch of the E4M3 codes Fp8TmaTile would copy for pool row y.
+__device__ __forceinline__ void Fp8PrefetchTile(const Q8Maps& maps, int y) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n"
+                 ::"l"(reinterpret_cast<uint64_t>(&maps.lat)), "r"(128 * i), "r"(y) : "memory");
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n"
+               ::"l"(reinterpret_cast<uint64_t>(&maps.rope)), "r"(0), "r"(y) : "memory");
 }
 
 // This thread's part of the decode: token t of the tile (zeros where !valid: past the sequence's bound the page may
@@ -313,6 +351,112 @@ __device__ __forceinline__ void Nv4DecodeTile(unsigned char* buf, uint64_t* full
   MbarArrive(&full[8]);
 }
 
+// fp8 pages in the seesaw kernel (kLoad 5, P % 64 == 0): a tile's E4M3 codes (36864 B: Q8Maps' four latent boxes and
+// the rope box, Q8Off<64> layout) land in the second half of its own 72 KB buffer and the producer warpgroup converts
+// them in place into the f16 tile the consumers read (cvt.rn.f16x2.e4m3x2, exact; the per-tensor scale is folded into
+// the logits and the output, as kLoad 4's global scale), block by block in S order (0..8). The consumers' math is f16
+// for either activation dtype: with bf16 activations the producer rewrites Q as f16 with a power-of-two row scale
+// (SsQToF16). Block c's f16 bytes [8 KB c, 8 KB (c + 1)) overlap raw codes from block 4 on (box i at 36 KB + 8 KB i
+// holds blocks 2i and 2i + 1; the rope box at 68 KB): Fp8DecodeTile reads blocks 4-5, 6-7 and 8 ahead of a producer
+// barrier before writing them.
+constexpr int kFp8RawOff = kSsTileBytes / 2, kFp8RawBytes = kTokTile * 576;
+static_assert(kFp8RawOff + kFp8RawBytes == kSsTileBytes && kFp8RawOff % 1024 == 0, "fp8 raw tile: the buffer's second half");
+
+// The E4M3 codes of the 64-row tile at pool row y by TMA into raw (the buffer + kFp8RawOff), completing on bar (the
+// caller expects kFp8RawBytes).
+__device__ __forceinline__ void Fp8TmaTile(unsigned char* raw, const Q8Maps& maps, int y, uint64_t* bar) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) TmaLoad2d<false>(raw + i * (kTokTile * 128), &maps.lat, 128 * i, y, bar, 0);
+  TmaLoad2d<false>(raw + 4 * (kTokTile * 128), &maps.rope, 0, y, bar, 0);
+}
+
+// This thread's part of the fp8 decode: token t, dims 32 h .. 32 h + 31 of every 64-dim block (zeros where !valid),
+// written as four 16-byte f16 chunks per block (TileOff layout, as Nv4DecodeTile). Arrives on full[c] once block c
+// is written.
+__device__ __forceinline__ void Fp8DecodeTile(unsigned char* buf, uint64_t* full, int t, int h, bool valid) {
+  uint16_t* d = reinterpret_cast<uint16_t*>(buf);
+  const unsigned char* raw = buf + kFp8RawOff;
+  // 16-byte unit i (0, 1) of this thread's 32 codes of block c: Q8Off<64>(t, u) with u = 8 (c >> 1) + 4 (c & 1) + 2 h + i
+  // (latent) or 32 + 2 h + i (rope), written as four per-thread offsets so that ptxas keeps no per-block address
+  // live (it spilled 18 of them): block c's latent unit differs from block c & ~1's only in the swizzle's bit 6.
+  const int l0 = t * 128 + (((2 * h) ^ (t & 7)) << 4), l1 = t * 128 + (((2 * h + 1) ^ (t & 7)) << 4);
+  const int r0 = 4 * kBlockBytes + t * 64 + (((2 * h) ^ ((t >> 1) & 3)) << 4);
+  const int r1 = 4 * kBlockBytes + t * 64 + (((2 * h + 1) ^ ((t >> 1) & 3)) << 4);
+  auto codes = [&](int c, int i) {
+    const int off = c < 8 ? (c >> 1) * kBlockBytes + ((i ? l1 : l0) ^ ((c & 1) << 6)) : i ? r1 : r0;
+    return *reinterpret_cast<const uint4*>(raw + off);
+  };
+  struct Raw { uint4 a, b; };
+  auto load = [&](int c) { return Raw{codes(c, 0), codes(c, 1)}; };
+  auto store = [&](int c, const Raw& r) {
+    if (!valid) {  // past the sequence's bound the page may hold anything (NaN codes included)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) StShared16(d + TileOff(t, 8 * c + 4 * h + k), 0u, 0u, 0u, 0u);
+    } else {
+      const uint32_t w[8] = {r.a.x, r.a.y, r.a.z, r.a.w, r.b.x, r.b.y, r.b.z, r.b.w};
+#pragma unroll
+      for (int k = 0; k < 4; ++k)  // chunk k: codes 8 k .. 8 k + 7 = words 2 k, 2 k + 1
+        StShared16(d + TileOff(t, 8 * c + 4 * h + k), Fp8x2ToT<false>(w[2 * k]), Fp8x2ToT<false>(w[2 * k] >> 16),
+                   Fp8x2ToT<false>(w[2 * k + 1]), Fp8x2ToT<false>(w[2 * k + 1] >> 16));
+    }
+  };
+  // Each arrival follows a proxy fence where a shared-memory load may still be in flight behind it (the raw blocks
+  // read ahead of a barrier), so no arrival leaves one (scripts/sass_arrive_check.py); the last one also orders this
+  // thread's generic reads and writes of the buffer before its return to the TMA (NOTES, session 17).
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    store(c, load(c));
+    MbarArrive(&full[c]);
+  }
+#pragma unroll
+  for (int c = 4; c < 8; c += 2) {
+    const Raw r0 = load(c), r1 = load(c + 1);
+    NamedBarSync(4, 128);  // every thread's reads of the raw blocks that blocks c, c + 1 overwrite are done
+    store(c, r0);
+    FenceProxyAsync();
+    MbarArrive(&full[c]);
+    store(c + 1, r1);
+    MbarArrive(&full[c + 1]);
+  }
+  const Raw r8 = load(8);
+  NamedBarSync(4, 128);
+  store(8, r8);
+  FenceProxyAsync();
+  MbarArrive(&full[8]);
+}
+
+// The 16-bit Q tile (TileOff layout, bf16) -> f16 in place with a power-of-two row scale 2^k (row max in [2^14, 2^15),
+// 1 for an all-zero row), qs[r] = 2^-k; this thread: row r, chunks hh + 2 i (the ones it loaded), its partner hh ^ 1
+// in the neighbouring lane. Exact but for Q values more than 2^28 below their row's max (f16 subnormals).
+__device__ __forceinline__ void SsQToF16(uint16_t* sQ, float* qs, int r, int hh) {
+  auto Bf16Val = [](uint32_t x) { return __uint_as_float((x & 0xFFFFu) << 16); };
+  float amax = 0.f;
+#pragma unroll 4
+  for (int i = 0; i < kChunks / 2; ++i) {
+    const uint4 v = *reinterpret_cast<const uint4*>(sQ + TileOff(r, hh + 2 * i));
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      amax = fmaxf(amax, fmaxf(fabsf(Bf16Val(w[k])), fabsf(Bf16Val(w[k] >> 16))));
+  }
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+  int e = 0;
+  if (amax > 0.f) frexpf(amax, &e);  // amax = m 2^e, m in [0.5, 1)
+  const int kx = amax > 0.f ? min(15 - e, 120) : 0;
+  if (hh == 0) qs[r] = ldexpf(1.f, -kx);
+  const float sc = ldexpf(1.f, kx);
+#pragma unroll 4
+  for (int i = 0; i < kChunks / 2; ++i) {
+    uint16_t* ptr = sQ + TileOff(r, hh + 2 * i);
+    const uint4 v = *reinterpret_cast<const uint4*>(ptr);
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    uint32_t o[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) o[k] = Pack2<false>(Bf16Val(w[k]) * sc, Bf16Val(w[k] >> 16) * sc);
+    StShared16(ptr, o[0], o[1], o[2], o[3]);
+  }
+}
+
 template <bool kBf16>
 __device__ __forceinline__ void WgmmaS64(float (&d)[8][4], uint64_t da, uint64_t db) {
   if constexpr (kBf16) Wgmma_m64n64_bf16<0>(d, da, db); else Wgmma_m64n64_f16<0>(d, da, db);
@@ -381,12 +525,16 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
   float* sM = reinterpret_cast<float*>(smem + 3 * kSsTileBytes);  // [2 (tile parity)][64]
   float* sL = sM + 2 * 64;                                        // [2 (segment parity)][2 (WG)][64]
   SsBars* bars = reinterpret_cast<SsBars*>(sL + 2 * 2 * 64);
+  float* sQs = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(bars) + 32 * 8);  // kLoad 5, bf16: [64] 2^-k_r
 
-  constexpr bool kMc = kLoad == 3, kNv4 = kLoad == 4;
+  // kDec: a decoding producer (kLoad 4 / 6: nvfp4, 5: fp8); kMB: the math in bf16. kLoad 5 and 6 run f16 math for
+  // either activation dtype (bf16 Q rewritten as f16: kF16Q); kLoad 4 decodes nvfp4 into the activation dtype.
+  constexpr bool kMc = kLoad == 3, kNv4 = kLoad == 4 || kLoad == 6, kFp8 = kLoad == 5, kDec = kNv4 || kFp8;
+  constexpr bool kMB = kBf16 && kLoad != 5 && kLoad != 6, kF16Q = kBf16 && !kMB;
   if (threadIdx.x == 0) {
     for (int b = 0; b < 2; ++b) {
-      for (int c = 0; c < 9; ++c) MbarInit(&bars->full[b][c], kLoad && !kNv4 ? 1 : 128);
-      if constexpr (kNv4) MbarInit(&bars->raw[b], 1);
+      for (int c = 0; c < 9; ++c) MbarInit(&bars->full[b][c], kLoad && !kDec ? 1 : 128);
+      if constexpr (kDec) MbarInit(&bars->raw[b], 1);
       for (int c = 0; c < 3; ++c) MbarInit(&bars->empty[b][c], c == 0 ? (kMc ? 8 : 128) : (kMc ? 16 : 256));
     }
     MbarInit(&bars->q_full, 128);
@@ -410,7 +558,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
     static_assert(128 * kSsProducerRegs + 256 * kSsConsumerRegs <= kSsThreads * ((65536 / kSsThreads) & ~7) &&
                       128 * kSsNv4ProducerRegs + 256 * kSsNv4ConsumerRegs <= kSsThreads * ((65536 / kSsThreads) & ~7),
                   "setmaxnreg budgets exceed the registers the CTA is launched with");
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kNv4 ? kSsNv4ProducerRegs : kSsProducerRegs));
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kDec ? kSsNv4ProducerRegs : kSsProducerRegs));
     const int pt = threadIdx.x - 256, hh = pt & 1;
     uint64_t pol = 0;
     if constexpr (kLoad >= 2) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
@@ -438,11 +586,20 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
           const int ch = hh + 2 * i;
           CpAsync16(sQ + TileOff(r, ch), valid ? QChunk(p, qrow, ch) : p.q_lat, valid);
         }
-        if constexpr (kVar & 4) MbarArrive(&bars->q_full); else CpAsyncMbarArrive(&bars->q_full);
+        if constexpr (kVar & 4) {
+          MbarArrive(&bars->q_full);
+        } else if constexpr (kF16Q) {  // this thread's own copies, then its chunks rewritten as f16
+          CpAsyncWaitAll();
+          SsQToF16(sQ, sQs, r, hh);
+          FenceProxyAsync();  // f16 Q (generic stores) -> the consumers' wgmma
+          MbarArrive(&bars->q_full);
+        } else {
+          CpAsyncMbarArrive(&bars->q_full);
+        }
       }
       const int cq = pt & 7, tg = pt >> 3;
-      if constexpr (kNv4) {
-        // nvfp4: thread 0 issues each raw tile into the tail of its buffer once all three roles released it (page id
+      if constexpr (kDec) {
+        // nvfp4 / fp8: thread 0 issues each raw tile into the tail of its buffer once all three roles released it (page id
         // read a tile ahead); all 128 threads decode it (a partial last tile too: rows past the bound, inside the same
         // valid page, decode to zeros). Issuing the next tile's raw bytes during this tile's decode needs the other
         // consumer to release the buffer's previous tile before the rest of this tile's S: measured slower (NOTES).
@@ -453,14 +610,40 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
           unsigned char* dst = kbuf + buf * kSsTileBytes;
           if (pt == 0) {
             const int y = pg_next * p.P + t0 % p.P;
-            if (j + 1 < n) pg_next = page_of(t0 + kTokTile);
+            if (j + 1 < n) {
+              pg_next = page_of(t0 + kTokTile);
+              // The next tile's raw bytes into L2 a whole tile ahead: its TMA copies, issued once the buffer is back,
+              // then wait for an L2 hit instead of an HBM round trip (the release -> load -> decode chain).
+              if (qp.l2_next) {
+                if constexpr (kNv4) Nv4PrefetchTile(maps, qp, pg_next * p.P + (t0 + kTokTile) % p.P);
+                else Fp8PrefetchTile(maps, pg_next * p.P + (t0 + kTokTile) % p.P);
+              }
+            }
             if (u >= 1)
               for (int r = 0; r < 3; ++r) MbarWait(&bars->empty[buf][r], (u - 1) & 1);
-            MbarArriveExpectTx(&bars->raw[buf], kNv4RawBytes);
-            Nv4TmaTile(dst + kNv4LatOff, dst + kNv4RopeOff, dst + kNv4LsfOff, dst + kNv4RsfOff, maps, qp, y, &bars->raw[buf]);
+            SS_TRACE(kTrPart0, k, true);
+            if constexpr (kVar & 4) {
+              MbarArrive(&bars->raw[buf]);
+            } else {
+              if constexpr (kNv4) {
+                MbarArriveExpectTx(&bars->raw[buf], kNv4RawBytes);
+                Nv4TmaTile(dst + kNv4LatOff, dst + kNv4RopeOff, dst + kNv4LsfOff, dst + kNv4RsfOff, maps, qp, y, &bars->raw[buf]);
+              } else {
+                MbarArriveExpectTx(&bars->raw[buf], kFp8RawBytes);
+                Fp8TmaTile(dst + kFp8RawOff, maps, y, &bars->raw[buf]);
+              }
+            }
           }
           MbarWait(&bars->raw[buf], u & 1);  // (after thread 0's empty waits: ordered behind the consumers' reads)
-          Nv4DecodeTile<kBf16>(dst, bars->full[buf], pt & 63, pt >> 6, t0 + (pt & 63) < len);
+          SS_TRACE(kTrPart1, k, pt == 0);
+          if constexpr (kVar & 4) {
+#pragma unroll
+            for (int c = 0; c < 9; ++c) MbarArrive(&bars->full[buf][c]);
+          } else {
+            if constexpr (kNv4) Nv4DecodeTile<kMB>(dst, bars->full[buf], pt & 63, pt >> 6, t0 + (pt & 63) < len);
+            else Fp8DecodeTile(dst, bars->full[buf], pt & 63, pt >> 6, t0 + (pt & 63) < len);
+          }
+          SS_TRACE(kTrPart2, k, pt == 0);
         }
         ++sc;
         continue;
@@ -561,14 +744,14 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
   }
 
   // ---------------- consumers (wg 0: output columns 0..255, wg 1: 256..511) ----------------
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kNv4 ? kSsNv4ConsumerRegs : kSsConsumerRegs));
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kDec ? kSsNv4ConsumerRegs : kSsConsumerRegs));
   const int w = wg;
   const int wt = threadIdx.x & 127, lane = threadIdx.x & 31;
   const int lr0 = (wt >> 5) * 16 + (lane >> 2), lr1 = lr0 + 8;
   const uint32_t qa = SmemAddr(sQ), kb0 = SmemAddr(kbuf);
   constexpr uint32_t lbo = kBlockBytes, sbo = 1024;
   // nvfp4: codes * block scales are the pool's values times the global scale (helix_jax/quant.py)
-  const float out_mul = kNv4 ? __frcp_rn(__ldg(qp.kv_scale)) : 1.f, sl2 = p.scale_log2 * out_mul;
+  const float out_mul = kDec ? __frcp_rn(__ldg(qp.kv_scale)) : 1.f, sl2 = p.scale_log2 * out_mul;
   int kbase = 0, sc = 0;
   // Releases role `part` (see SsBars::empty) of KV buffer `buf` (kMc: one lane per warp on this CTA's
   // barrier, one on the peer's; the warp is converged at every call site and its wgmma reads have completed).
@@ -603,6 +786,8 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
     if (gr0 < p.GH) bnd0 = min(max(p.bounds[b * p.G + gr0 / p.H], 0), p.cap);
     if (gr1 < p.GH) bnd1 = min(max(p.bounds[b * p.G + gr1 / p.H], 0), p.cap);
     MbarWait(&bars->q_full, sc & 1);
+    // Logit factors of rows lr0, lr1 (kF16Q: times the f16 Q rows' 2^-k).
+    const float sl2r0 = kF16Q ? sl2 * sQs[lr0] : sl2, sl2r1 = kF16Q ? sl2 * sQs[lr1] : sl2;
 
     float acc[32][4];
 #pragma unroll
@@ -652,14 +837,14 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       WgFence();
 #pragma unroll
       for (int kk = 0; kk < kTokTile / 16; ++kk)
-        WgmmaPV<kBf16>(acc, Desc(pa + kk * 32, 16, 1024), Desc(va + kk * 16 * 128, lbo, sbo));
+        WgmmaPV<kMB>(acc, Desc(pa + kk * 32, 16, 1024), Desc(va + kk * 16 * 128, lbo, sbo));
       WgCommit();
       pend_oth = i;
     };
     auto pv_rs = [&](const uint32_t (&f)[4][4], int i) {
       const uint32_t va = kb0 + ((kbase + i) & 1) * kSsTileBytes + w * 4 * kBlockBytes;
 #pragma unroll
-      for (int kk = 0; kk < kTokTile / 16; ++kk) WgmmaPVrs<kBf16>(acc, f[kk], Desc(va + kk * 16 * 128, lbo, sbo));
+      for (int kk = 0; kk < kTokTile / 16; ++kk) WgmmaPVrs<kMB>(acc, f[kk], Desc(va + kk * 16 * 128, lbo, sbo));
     };
 
     // Own tile j (kOth: the other WG's tile j-1 is handled here too; every own tile but WG0's first).
@@ -689,7 +874,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       FenceRegs(sc4);
 #pragma unroll
       for (int q = 0; q < 9; ++q) {
-        const int c = kNv4 ? q : q < 4 ? w * 4 + q : q == 4 ? 8 : (1 - w) * 4 + (q - 5);
+        const int c = kDec ? q : q < 4 ? w * 4 + q : q == 4 ? 8 : (1 - w) * 4 + (q - 5);
         if (q == 4) {
           // S_j's own V half (refilled first) is one commit group; the other WG's tile j-1 is taken here,
           // while it runs: wait for softmax_{j-1}, issue PV_{j-1}, then the rest of S_j.
@@ -707,7 +892,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           const uint32_t off = c * kBlockBytes + kk * 32;
-          WgmmaS64<kBf16>(sc4, Desc(qa + off, 16, 1024), Desc(base + off, 16, 1024));
+          WgmmaS64<kMB>(sc4, Desc(qa + off, 16, 1024), Desc(base + off, 16, 1024));
         }
       }
       WgCommit();
@@ -728,8 +913,8 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int t = tok0 + nt * 8 + e;
-          sc4[nt][e] = t < bnd0 ? sc4[nt][e] * sl2 : -INFINITY;
-          sc4[nt][2 + e] = t < bnd1 ? sc4[nt][2 + e] * sl2 : -INFINITY;
+          sc4[nt][e] = t < bnd0 ? sc4[nt][e] * sl2r0 : -INFINITY;
+          sc4[nt][2 + e] = t < bnd1 ? sc4[nt][2 + e] * sl2r1 : -INFINITY;
           mx0 = fmaxf(mx0, sc4[nt][e]);
           mx1 = fmaxf(mx1, sc4[nt][2 + e]);
         }
@@ -753,7 +938,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         const float p2 = exp2f(sc4[nt][2] - mu1), p3 = exp2f(sc4[nt][3] - mu1);
         rs0 += p0 + p1;
         rs1 += p2 + p3;
-        const uint32_t v01 = Pack2<kBf16>(p0, p1), v23 = Pack2<kBf16>(p2, p3);
+        const uint32_t v01 = Pack2<kMB>(p0, p1), v23 = Pack2<kMB>(p2, p3);
         pa[nt >> 1][(nt & 1) * 2 + 0] = v01;
         pa[nt >> 1][(nt & 1) * 2 + 1] = v23;
         const int tok = nt * 8 + (lane & 3) * 2;

@@ -109,6 +109,66 @@ __device__ __forceinline__ void SumOverTokenLanes(float (&out)[kN8][2], const fl
     }
 }
 
+// End of a segment in the 16-row kernels (mla_small_gh, mla_small_q8, mla_small_q4): the consumer's l summed over its
+// 64 token rows (its lanes, then its 4 warps through red) into Lq, per query column.
+__device__ __forceinline__ void SmColumnSums(float (&Lq)[2][2], const float (&l)[2][2], float* red, int w, int wi, int lane) {
+  float lt[2][2];
+  SumOverTokenLanes(lt, l);
+  NamedBarSync(1 + w, 128);
+  SmPutColumns(red, wi, lane, lt);
+  NamedBarSync(1 + w, 128);
+#pragma unroll
+  for (int n8 = 0; n8 < 2; ++n8)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int q = n8 * 8 + (lane & 3) * 2 + e;
+      Lq[n8][e] = red[q] + red[16 + q] + red[32 + q] + red[48 + q];
+    }
+}
+
+// The exact merge of two consumers' (O^T, m, L): consumer 1 hands its state over thread-linearly through sMerge
+// ([72][128]; the same fragment positions as consumer 0's thread), consumer 0 rescales both to the common max.
+__device__ __forceinline__ void SmMergeConsumers(int w, int tid, float* sMerge, float (&oacc)[8][2][4], float (&m)[2][2],
+                                                 float (&Lq)[2][2]) {
+  if (w == 1) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int n8 = 0; n8 < 2; ++n8)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) sMerge[((i * 2 + n8) * 4 + r) * 128 + tid] = oacc[i][n8][r];
+#pragma unroll
+    for (int n8 = 0; n8 < 2; ++n8)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        sMerge[(64 + n8 * 2 + e) * 128 + tid] = m[n8][e];
+        sMerge[(68 + n8 * 2 + e) * 128 + tid] = Lq[n8][e];
+      }
+  }
+  NamedBarSync(4, 256);
+  if (w == 0) {
+    float a0[2][2], a1[2][2];
+#pragma unroll
+    for (int n8 = 0; n8 < 2; ++n8)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float m1 = sMerge[(64 + n8 * 2 + e) * 128 + tid], L1 = sMerge[(68 + n8 * 2 + e) * 128 + tid];
+        const float mm = fmaxf(m[n8][e], m1), mz = mm == -INFINITY ? 0.f : mm;
+        a0[n8][e] = exp2f(m[n8][e] - mz);
+        a1[n8][e] = exp2f(m1 - mz);
+        Lq[n8][e] = Lq[n8][e] * a0[n8][e] + L1 * a1[n8][e];
+        m[n8][e] = mm;
+      }
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int n8 = 0; n8 < 2; ++n8)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          oacc[i][n8][r] = oacc[i][n8][r] * a0[n8][r & 1] + sMerge[((i * 2 + n8) * 4 + r) * 128 + tid] * a1[n8][r & 1];
+  }
+}
+
 
 // A segment without tiles (never produced by the schedule): keep its partial defined (o = 0, lse = -inf); lanes 0..3
 // of one warp.
@@ -577,61 +637,9 @@ __global__ void __launch_bounds__(128 * (kNc + kNp), 1) mla_small_gh(Params p, S
     MbarArrive(&bars->q_empty);
 
     // Column sums over the 64 token rows: shuffle, then the 4 warps through shared memory.
-    float* red = myRed + (own & 1) * 64;  // the buffer the last tile's max exchange did not use
-    float lt[2][2];
-    SumOverTokenLanes(lt, l);
-    NamedBarSync(1 + w, 128);
-    SmPutColumns(red, wi, lane, lt);
-    NamedBarSync(1 + w, 128);
-    float Lq[2][2];
-#pragma unroll
-    for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int q = n8 * 8 + (lane & 3) * 2 + e;
-        Lq[n8][e] = red[q] + red[16 + q] + red[32 + q] + red[48 + q];
-      }
-    if constexpr (kNc == 2) {
-      // Exact merge: consumer 1 hands its (m, L, O^T) over (thread-linear, same fragment positions as
-      // consumer 0's thread), consumer 0 rescales both to the common max and writes the partial.
-      if (w == 1) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-#pragma unroll
-          for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) sMerge[((i * 2 + n8) * 4 + r) * 128 + tid] = oacc[i][n8][r];
-#pragma unroll
-        for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            sMerge[(64 + n8 * 2 + e) * 128 + tid] = m[n8][e];
-            sMerge[(68 + n8 * 2 + e) * 128 + tid] = Lq[n8][e];
-          }
-      }
-      NamedBarSync(4, 256);
-      if (w == 0) {
-        float a0[2][2], a1[2][2];
-#pragma unroll
-        for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float m1 = sMerge[(64 + n8 * 2 + e) * 128 + tid], L1 = sMerge[(68 + n8 * 2 + e) * 128 + tid];
-            const float mm = fmaxf(m[n8][e], m1), mz = mm == -INFINITY ? 0.f : mm;
-            a0[n8][e] = exp2f(m[n8][e] - mz);
-            a1[n8][e] = exp2f(m1 - mz);
-            Lq[n8][e] = Lq[n8][e] * a0[n8][e] + L1 * a1[n8][e];
-            m[n8][e] = mm;
-          }
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-#pragma unroll
-          for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-            for (int r = 0; r < 4; ++r)
-              oacc[i][n8][r] = oacc[i][n8][r] * a0[n8][r & 1] + sMerge[((i * 2 + n8) * 4 + r) * 128 + tid] * a1[n8][r & 1];
-      }
-    }
+    float Lq[2][2];  // red: the buffer the last tile's max exchange did not use
+    SmColumnSums(Lq, l, myRed + (own & 1) * 64, w, wi, lane);
+    if constexpr (kNc == 2) SmMergeConsumers(w, tid, sMerge, oacc, m, Lq);  // consumer 0 writes the partial
     if (w == 0) {
 #pragma unroll
       for (int n8 = 0; n8 < 2; ++n8)

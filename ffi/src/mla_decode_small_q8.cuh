@@ -48,24 +48,11 @@ struct Q8BarsT {
   uint64_t q_full, q_empty;
 };
 using Q8Bars = Q8BarsT<kQ8Bufs>;
-// Tensor maps of an fp8 pool (TMA loads, P % 64 == 0): latent [N*P rows, 512 B], box 128 B x 64, 128-byte
-// swizzle; rope [N*P rows, 64 B], box 64 B x 64, 64-byte swizzle. A kernel parameter, encoded per call.
-struct Q8Maps {
-  CUtensorMap lat, rope;
-};
 // Ring, E4M3 Q, 16-bit Q staging, P^T x 2, softmax exchange x 2, Q row factors, merge area, barriers.
 constexpr int kQ8SmemBytes = kQ8Bufs * kQ8TileBytes + kQ8QBytes + kSmQBytes + 2 * kSmRows * 64 * 2 +
                              2 * 2 * 4 * 16 * 4 + kQ8QRows * 4 + 72 * 128 * 4 + (int)sizeof(Q8Bars) + 1024;
 static_assert(kQ8SmemBytes <= 227 * 1024, "mla_small_q8 exceeds the opt-in shared memory");
 
-// Byte offset of 16-byte unit u (0..35: 32 latent, 4 rope) of row `row` in a K-major tile of kRows rows:
-// latent in 4 blocks of [kRows x 128 B] with the 128-byte swizzle (wgmma layout 1, TMA SWIZZLE_128B), rope
-// in one block of [kRows x 64 B] with the 64-byte swizzle (layout 2, SWIZZLE_64B).
-template <int kRows>
-__device__ __forceinline__ int Q8Off(int row, int u) {
-  return u < 32 ? (u >> 3) * (kRows * 128) + row * 128 + (((u & 7) ^ (row & 7)) << 4)
-                : 4 * (kRows * 128) + row * 64 + ((((u - 32) & 3) ^ ((row >> 1) & 3)) << 4);
-}
 
 // Runs f(0) .. f(8) over a Q row's 9 chunks of 8 values: unrolled where f indexes registers, else a loop (f
 // re-reads shared memory: holding 72 floats would spill mla_small_q8's 96-register producer).
@@ -322,9 +309,8 @@ __device__ __forceinline__ void RawTileSoftmax(float (&st)[2][4], const int (&bq
 }
 
 // End of a segment in the raw-tile kernels (mla_small_q8, mla_small_q4), called by both consumers: retires the last
-// PVs and releases Q, then column sums of l
-// over the 64 token rows, the exact two-consumer merge (as mla_small_gh: consumer 1 hands O^T, m and L over
-// thread-linearly through sMerge), consumer 0 writes the partial (o, lse) of segment si, times out_mul.
+// PVs and releases Q, then l's column sums and the exact two-consumer merge (SmColumnSums, SmMergeConsumers, as
+// mla_small_gh), and consumer 0 writes the partial (o, lse) of segment si, times out_mul.
 // Row q's dims 128 wi + 16 g + 2 i + h sit in oacc[i][n8][2 h + e]: 16 consecutive floats per thread.
 template <bool kBf16>
 __device__ __forceinline__ void RawTileSegmentEnd(const Params& p, int si, int w, int wi, int lane, int tid, int own, float* myRed,
@@ -334,56 +320,10 @@ __device__ __forceinline__ void RawTileSegmentEnd(const Params& p, int si, int w
   WgWait0();  // this consumer's last PVs
   FenceAcc(oacc);
   MbarArrive(q_empty);  // Q may be replaced by the next segment's
-  float* red = myRed + (own & 1) * 64;
-  float lt[2][2];
-  SumOverTokenLanes(lt, l);
-  NamedBarSync(1 + w, 128);
-  SmPutColumns(red, wi, lane, lt);
-  NamedBarSync(1 + w, 128);
   float Lq[2][2];
-#pragma unroll
-  for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int q = n8 * 8 + c4 * 2 + e;
-      Lq[n8][e] = red[q] + red[16 + q] + red[32 + q] + red[48 + q];
-    }
-  if (w == 1) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-#pragma unroll
-      for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) sMerge[((i * 2 + n8) * 4 + r) * 128 + tid] = oacc[i][n8][r];
-#pragma unroll
-    for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        sMerge[(64 + n8 * 2 + e) * 128 + tid] = m[n8][e];
-        sMerge[(68 + n8 * 2 + e) * 128 + tid] = Lq[n8][e];
-      }
-  }
-  NamedBarSync(4, 256);
+  SmColumnSums(Lq, l, myRed + (own & 1) * 64, w, wi, lane);
+  SmMergeConsumers(w, tid, sMerge, oacc, m, Lq);
   if (w == 0) {
-    float a0[2][2], a1[2][2];
-#pragma unroll
-    for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float m1 = sMerge[(64 + n8 * 2 + e) * 128 + tid], L1 = sMerge[(68 + n8 * 2 + e) * 128 + tid];
-        const float mm = fmaxf(m[n8][e], m1), mz = mm == -INFINITY ? 0.f : mm;
-        a0[n8][e] = exp2f(m[n8][e] - mz);
-        a1[n8][e] = exp2f(m1 - mz);
-        Lq[n8][e] = Lq[n8][e] * a0[n8][e] + L1 * a1[n8][e];
-        m[n8][e] = mm;
-      }
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-#pragma unroll
-      for (int n8 = 0; n8 < 2; ++n8)
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-          oacc[i][n8][r] = oacc[i][n8][r] * a0[n8][r & 1] + sMerge[((i * 2 + n8) * 4 + r) * 128 + tid] * a1[n8][r & 1];
 #pragma unroll
     for (int n8 = 0; n8 < 2; ++n8)
 #pragma unroll
