@@ -419,6 +419,17 @@ static QParams QuantTiming(const Dev& d, int fmt) {
   return qp;
 }
 
+// The decoding seesaws' L=64K timing case (P=64) of one shape with pages of format fmt: quantized parameters with
+// (q1) and without (q0) the next raw tile's L2 prefetch.
+struct DsCase { Dev d; QParams q1, q0; };
+static DsCase DsTimingCase(int B, int G, int H, int fmt, float scale) {
+  DsCase c{UploadTiming(B, G, H, 64, 65536, scale), {}, {}};
+  c.q1 = c.q0 = QuantTiming(c.d, fmt);
+  c.q1.l2_next = 1;
+  c.q0.l2_next = 0;
+  return c;
+}
+
 template <int kMode, int kFmt = kFmtNative, int kVar = 0>
 static float TimeMs(Dev& d, int iters, const QParams& qp = QParams{}, int part = 0) {
   Run<kMode, kFmt, kVar>(d, qp);
@@ -638,6 +649,36 @@ int main(int argc, char** argv) {
     std::printf("%s V=%d: %s\n", argv[1], V, ok ? "PASS" : "FAIL");
     return ok ? 0 : 1;
   }
+  if (argc > 2 && std::strcmp(argv[1], "dschk") == 0) {
+    // The decoding seesaws (mla_seesaw with a decoding producer) on the ring-wrapping check case (16 x 8192 tokens,
+    // G=4, H=16), for the sanitizers: "dschk nv4" (kLoad 6: f16 math, the default for bf16 queries), "dschk nv4bf16"
+    // (kLoad 4: bf16 tiles), "dschk fp8" (kLoad 5: E4M3 tiles converted in place to f16); "dschk bf16": the bf16
+    // seesaw on the same case (the consumers' code is the same: a control for racecheck's reports on their hand-offs).
+    const std::string v = argv[2];
+    const bool fp8 = v == "fp8", bf16 = v == "bf16";
+    if (!fp8 && !bf16 && v != "nv4" && v != "nv4bf16") {
+      std::printf("dschk: unknown variant %s (nv4, nv4bf16, fp8, bf16)\n", argv[2]);
+      return 2;
+    }
+    Case c = MakeCase(16, 4, 16, 64, std::vector<int>(16, 8192), 65);
+    // (MakeQuant replaces the reference values by the dequantized codes: the bf16 control keeps the case's own)
+    QParams qp{};
+    if (!bf16) {
+      qp = UploadQuant(MakeQuant(c, fp8 ? kFmtFp8 : kFmtNvfp4, 67));
+      qp.l2_next = 1;
+    }
+    Dev d = Upload(c, scale);
+    const bool ok = RunChecked(c, d, scale, [&] {
+      if (bf16) Run<kSeesaw>(d);
+      else if (fp8) Run<kSeesaw, kFmtFp8>(d, qp);
+      else if (v == "nv4") Run<kSeesaw, kFmtNvfp4, 8>(d, qp);
+      else Run<kSeesaw, kFmtNvfp4>(d, qp);
+    });
+    std::printf("dschk %s: %s\n", argv[2], ok ? "PASS" : "FAIL");
+    if (!bf16) FreeQuant(qp);
+    Free(d);
+    return ok ? 0 : 1;
+  }
   if (argc > 4 && std::strcmp(argv[1], "q4one") == 0) {
     // One whole mla_small_q4 call of variant V (0, 32, 64, 96, 128) at batch B, length L (G=1, H=16), synchronised:
     // "ok" or the CUDA error (a fault poisons the process: one variant per process).
@@ -812,10 +853,9 @@ int main(int argc, char** argv) {
     if (!all || checks_only) return all ? 0 : 1;
     struct S { int B, G, H; };
     for (S sh : {S{64, 4, 16}, S{16, 4, 16}, S{64, 1, 128}}) {
-      Dev d = UploadTiming(sh.B, sh.G, sh.H, 64, 65536, scale);
-      QParams q1 = QuantTiming(d, kFmtFp8), q0 = q1;
-      q1.l2_next = 1;
-      q0.l2_next = 0;
+      DsCase ds = DsTimingCase(sh.B, sh.G, sh.H, kFmtFp8, scale);
+      Dev& d = ds.d;
+      QParams &q1 = ds.q1, &q0 = ds.q0;
       const int it = 5;
       const float bf = TimeMs<kSeesaw, kFmtNative, 0>(d, it, QParams{}, 1);
       const float mid = sh.G * sh.H > 64 ? TimeMs<kMidQ8, kFmtFp8, 16384 | 512>(d, it, q1, 1) : TimeMs<kMidQ8, kFmtFp8, 16384>(d, it, q1, 1);
@@ -835,10 +875,9 @@ int main(int argc, char** argv) {
     // decode), beside the bf16 seesaw; with -DHELIX_SS_TRACE also a timeline of CTA (0, 0) (tiles 40..48).
     struct S { int B, G, H; };
     for (S sh : {S{64, 4, 16}, S{16, 4, 16}, S{64, 1, 128}}) {
-      Dev d = UploadTiming(sh.B, sh.G, sh.H, 64, 65536, scale);
-      QParams q1 = QuantTiming(d, kFmtNvfp4), q0 = q1;
-      q1.l2_next = 1;
-      q0.l2_next = 0;
+      DsCase ds = DsTimingCase(sh.B, sh.G, sh.H, kFmtNvfp4, scale);
+      Dev& d = ds.d;
+      QParams &q1 = ds.q1, &q0 = ds.q0;
       const int it = 5;
       const float bf = TimeMs<kSeesaw, kFmtNative, 0>(d, it, QParams{}, 1);
       const float a1 = TimeMs<kSeesaw, kFmtNvfp4, 0>(d, it, q1, 1), a0 = TimeMs<kSeesaw, kFmtNvfp4, 0>(d, it, q0, 1);
