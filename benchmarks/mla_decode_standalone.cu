@@ -870,9 +870,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "ss4") == 0) {
-    // The nvfp4 decoding seesaw (mla_seesaw kLoad 4) at L=64K, main kernel only: with / without the next raw tile's
-    // L2 prefetch, the load + decode pipeline alone (consumers wait and release), the math alone (no raw copies, no
-    // decode), beside the bf16 seesaw; with -DHELIX_SS_TRACE also a timeline of CTA (0, 0) (tiles 40..48).
+    // The nvfp4 decoding seesaw at L=64K, main kernel only: bf16 tiles (mla_seesaw kLoad 4) with / without the next raw
+    // tile's L2 prefetch, the load + decode pipeline alone (consumers wait and release), the math alone (no raw copies,
+    // no decode), and f16 tiles (kLoad 6, the default for bf16 queries since session 20), beside the bf16 seesaw; with
+    // -DHELIX_SS_TRACE also a timeline of CTA (0, 0) (tiles 40..48, kLoad 4).
     struct S { int B, G, H; };
     for (S sh : {S{64, 4, 16}, S{16, 4, 16}, S{64, 1, 128}}) {
       DsCase ds = DsTimingCase(sh.B, sh.G, sh.H, kFmtNvfp4, scale);
