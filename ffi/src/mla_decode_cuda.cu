@@ -1496,29 +1496,20 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
       return e != cudaSuccess ? e : LaunchKernel(kernel, grid, dim3(384), kSmem, stream, nullptr, p, s, qp, maps);
     };
     if ((err = tma ? launch(std::true_type{}) : launch(std::false_type{})) != cudaSuccess) return err;
-  } else if constexpr (kMode == kSeesaw && kFmt == kFmtNvfp4) {
-    // nvfp4 pages, G*H > 16, P % 64 == 0 (Launch checks): the decoding producer (kLoad 4), TMA raw tiles, no clusters.
-    Q4Maps maps{};
-    if ((err = EncodeQ4Maps(p, qp, &maps)) != cudaSuccess) return err;
-    // kVar bit 8 (HELIX_MLA_DECODE_NV4_MATH auto / f16) with bf16 activations: kLoad 6 (f16 math, Q rewritten as f16, the
-    // cheaper f16 decode); f16 activations run kLoad 4, which decodes into f16 already.
-    constexpr auto kernel = [] {
-      if constexpr ((kVar & 8) != 0 && kBf16) return mla_seesaw<kBf16, kVar & 7, 6>;
-      else return mla_seesaw<kBf16, kVar & 7, 4>;
-    }();
-    if ((err = OptInSharedMemory(kernel, kSsSmemBytes, ready)) != cudaSuccess) return err;
-    if ((err = LaunchKernel(kernel, grid, dim3(kSsThreads), kSsSmemBytes, stream, nullptr, p, s, maps, qp)) != cudaSuccess)
-      return err;
-  } else if constexpr (kMode == kSeesaw && kFmt == kFmtFp8) {
-    // fp8 pages, G*H > 16, P % 64 == 0 (Launch checks): the decoding producer (kLoad 5), TMA raw tiles, f16 math.
-    Q8Maps maps{};
-    if ((err = EncodeQ8Maps(p, qp, &maps)) != cudaSuccess) return err;
-    constexpr auto kernel = mla_seesaw<kBf16, kVar & 7, 5>;
+  } else if constexpr (kMode == kSeesaw && kFmt != kFmtNative) {
+    // Quantized pages, G*H > 16, P % 64 == 0 (Launch checks): the decoding producer, TMA raw tiles, no clusters. nvfp4:
+    // kLoad 4, or with kVar bit 8 (HELIX_MLA_DECODE_NV4_MATH auto / f16) and bf16 activations kLoad 6 (f16 math, Q
+    // rewritten as f16, the cheaper f16 decode; f16 activations decode into f16 already); fp8: kLoad 5 (f16 math).
+    constexpr int kLoad = kFmt == kFmtFp8 ? 5 : ((kVar & 8) != 0 && kBf16) ? 6 : 4;
+    constexpr auto kernel = mla_seesaw<kBf16, kVar & 7, kLoad>;
+    SsMapsT<kLoad> maps{};
+    if constexpr (kFmt == kFmtFp8) err = EncodeQ8Maps(p, qp, &maps);
+    else err = EncodeQ4Maps(p, qp, &maps);
+    if (err != cudaSuccess) return err;
     if ((err = OptInSharedMemory(kernel, kSsSmemBytes, ready)) != cudaSuccess) return err;
     if ((err = LaunchKernel(kernel, grid, dim3(kSsThreads), kSsSmemBytes, stream, nullptr, p, s, maps, qp)) != cudaSuccess)
       return err;
   } else if constexpr (kMode == kSeesaw) {
-    static_assert(kFmt == kFmtNative, "the seesaw kernel reads 16-bit, nvfp4 or fp8 pages");
     constexpr int kV = kVar & 7;
     const int load = SeesawLoad<kBf16>(p, mtiles, kVar);
     if (load < 0) return cudaErrorInvalidValue;  // Launch checks the variable first and names it
@@ -1606,8 +1597,9 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
   } else if (kFmt == kFmtFp8 && mode == kSmallQ8) {  // fp8, G*H > 16: mla_mid_q8s / mla_mid_q8, one CTA per 64 rows
     if constexpr (kFmt == kFmtFp8) {
       // HELIX_MLA_DECODE_MID8 picks the kernel, HELIX_MLA_DECODE_FP8_S its S accumulation (512: chains added in f32).
-      const bool seesaw = Mid8FromEnv() != 0, f32 = Fp8SF32(p.GH);  // (decode where P % 64 != 0: mla_mid_q8s)
-      if (Mid8FromEnv() == 1 && p.P % kTokTile == 0)
+      const int mid8 = Mid8FromEnv();
+      const bool seesaw = mid8 != 0, f32 = Fp8SF32(p.GH);  // (decode where P % 64 != 0: mla_mid_q8s)
+      if (mid8 == 1 && p.P % kTokTile == 0)
         HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmt>(p, s, num_parts, mtiles, stream, qp)));
       else if (seesaw && f32) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 16384 | 512>(p, s, num_parts, mtiles, stream, qp)));
       else if (seesaw) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 16384>(p, s, num_parts, mtiles, stream, qp)));

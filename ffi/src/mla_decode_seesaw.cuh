@@ -256,16 +256,18 @@ __device__ __forceinline__ void Nv4TmaTile(unsigned char* lat, unsigned char* ro
   BulkLoad(rsf, qp.rope_sf + (size_t)y * (kDr / 16), kTokTile * 4, bar);
 }
 
-// L2 prefetch of the raw bytes Nv4TmaTile would copy for pool row y (no shared memory, no barrier).
+// L2 prefetch of one box of a tensor map (no shared memory, no barrier).
+__device__ __forceinline__ void PrefetchBoxL2(const CUtensorMap* map, int x, int y) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n"
+               ::"l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y) : "memory");
+}
+
+// L2 prefetch of the raw bytes Nv4TmaTile would copy for pool row y.
 __device__ __forceinline__ void Nv4PrefetchTile(const Q4Maps& maps, const QParams& qp, int y) {
-  auto tensor = [](const CUtensorMap* map, int x, int yy) {
-    asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n"
-                 ::"l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(yy) : "memory");
-  };
-  tensor(&maps.lat, 0, y);
-  tensor(&maps.lat, 128, y);
-  tensor(&maps.rope, 0, y);
-  tensor(&maps.lsf, 0, y);
+  PrefetchBoxL2(&maps.lat, 0, y);
+  PrefetchBoxL2(&maps.lat, 128, y);
+  PrefetchBoxL2(&maps.rope, 0, y);
+  PrefetchBoxL2(&maps.lsf, 0, y);
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n"
                ::"l"(qp.rope_sf + (size_t)y * (kDr / 16)), "r"(kTokTile * 4) : "memory");
 }
@@ -273,11 +275,8 @@ __device__ __forceinline__ void Nv4PrefetchTile(const Q4Maps& maps, const QParam
 // L2 prefetch of the E4M3 codes Fp8TmaTile would copy for pool row y.
 __device__ __forceinline__ void Fp8PrefetchTile(const Q8Maps& maps, int y) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
-    asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n"
-                 ::"l"(reinterpret_cast<uint64_t>(&maps.lat)), "r"(128 * i), "r"(y) : "memory");
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n"
-               ::"l"(reinterpret_cast<uint64_t>(&maps.rope)), "r"(0), "r"(y) : "memory");
+  for (int i = 0; i < 4; ++i) PrefetchBoxL2(&maps.lat, 128 * i, y);
+  PrefetchBoxL2(&maps.rope, 0, y);
 }
 
 // This thread's part of the decode: token t of the tile (zeros where !valid: past the sequence's bound the page may
@@ -425,11 +424,28 @@ __device__ __forceinline__ void Fp8DecodeTile(unsigned char* buf, uint64_t* full
   MbarArrive(&full[8]);
 }
 
-// The 16-bit Q tile (TileOff layout, bf16) -> f16 in place with a power-of-two row scale 2^k (row max in [2^14, 2^15),
-// 1 for an all-zero row), qs[r] = 2^-k; this thread: row r, chunks hh + 2 i (the ones it loaded), its partner hh ^ 1
-// in the neighbouring lane. Exact but for Q values more than 2^28 below their row's max (f16 subnormals).
+// One 16-bit element of the kernel's query type (low 16 bits of h) as float.
+template <bool kBf16>
+__device__ __forceinline__ float SmQVal(uint32_t h) {
+  if constexpr (kBf16) return __uint_as_float((h & 0xFFFFu) << 16);
+  else return __half2float(__ushort_as_half((unsigned short)(h & 0xFFFFu)));
+}
+
+// The power-of-two scale 2^k that puts a Q row's max amax in [2^14, 2^15) (1 for an all-zero row): exact in f16 for
+// every element above 2^-24 of the max. Returns 2^k; *qs = 2^-k (the row's logit factor) where `write`. Shared by the
+// f16 Q rewrites of the small-G*H kernels (SmQRowScale) and of the seesaw kernel (SsQToF16).
+__device__ __forceinline__ float Pow2RowScale(float amax, float* qs, bool write) {
+  int e = 0;
+  if (amax > 0.f) frexpf(amax, &e);  // amax = m 2^e, m in [0.5, 1)
+  const int k = amax > 0.f ? min(15 - e, 120) : 0;
+  if (write) *qs = ldexpf(1.f, -k);
+  return ldexpf(1.f, k);
+}
+
+// The 16-bit Q tile (TileOff layout, bf16) -> f16 in place with a power-of-two row scale (Pow2RowScale), qs[r] = 2^-k;
+// this thread: row r, chunks hh + 2 i (the ones it loaded), its partner hh ^ 1 in the neighbouring lane. Exact but for
+// Q values more than 2^28 below their row's max (f16 subnormals).
 __device__ __forceinline__ void SsQToF16(uint16_t* sQ, float* qs, int r, int hh) {
-  auto Bf16Val = [](uint32_t x) { return __uint_as_float((x & 0xFFFFu) << 16); };
   float amax = 0.f;
 #pragma unroll 4
   for (int i = 0; i < kChunks / 2; ++i) {
@@ -437,14 +453,10 @@ __device__ __forceinline__ void SsQToF16(uint16_t* sQ, float* qs, int r, int hh)
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int k = 0; k < 4; ++k)
-      amax = fmaxf(amax, fmaxf(fabsf(Bf16Val(w[k])), fabsf(Bf16Val(w[k] >> 16))));
+      amax = fmaxf(amax, fmaxf(fabsf(SmQVal<true>(w[k])), fabsf(SmQVal<true>(w[k] >> 16))));
   }
   amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-  int e = 0;
-  if (amax > 0.f) frexpf(amax, &e);  // amax = m 2^e, m in [0.5, 1)
-  const int kx = amax > 0.f ? min(15 - e, 120) : 0;
-  if (hh == 0) qs[r] = ldexpf(1.f, -kx);
-  const float sc = ldexpf(1.f, kx);
+  const float sc = Pow2RowScale(amax, qs + r, hh == 0);
 #pragma unroll 4
   for (int i = 0; i < kChunks / 2; ++i) {
     uint16_t* ptr = sQ + TileOff(r, hh + 2 * i);
@@ -452,7 +464,7 @@ __device__ __forceinline__ void SsQToF16(uint16_t* sQ, float* qs, int r, int hh)
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
     uint32_t o[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) o[k] = Pack2<false>(Bf16Val(w[k]) * sc, Bf16Val(w[k] >> 16) * sc);
+    for (int k = 0; k < 4; ++k) o[k] = Pack2<false>(SmQVal<true>(w[k]) * sc, SmQVal<true>(w[k] >> 16) * sc);
     StShared16(ptr, o[0], o[1], o[2], o[3]);
   }
 }

@@ -291,13 +291,7 @@ __device__ __forceinline__ void SmConvertUnit(uint16_t* dst, const SmRaw<kFmt, k
 // Quantized pages run the math in f16: the 16-row Q tile (loaded in the q dtype) is rewritten in place as
 // f16 with a power-of-two row scale 2^k (row max in [2^14, 2^15): exact for every element above 2^-24 of
 // the max) and qs[r] = 2^-k multiplies row r's logits. 8 producer threads per row.
-// One 16-bit element of the kernel's query type (low 16 bits of h) as float.
-template <bool kBf16>
-__device__ __forceinline__ float SmQVal(uint32_t h) {
-  if constexpr (kBf16) return __uint_as_float((h & 0xFFFFu) << 16);
-  else return __half2float(__ushort_as_half((unsigned short)(h & 0xFFFFu)));
-}
-
+// (SmQVal, the element read, and Pow2RowScale, the scale rule, live in mla_decode_seesaw.cuh: SsQToF16 shares them.)
 // Power-of-two scale 2^k of Q row r (Off16 layout) that puts its max in [2^14, 2^15) (1 for an all-zero row);
 // qs[r] = 2^-k. Thread `part` (0..7) of the row's 8 reads chunks part + 8 i.
 template <bool kBf16>
@@ -312,11 +306,7 @@ __device__ __forceinline__ float SmQRowScale(const uint16_t* sQ, float* qs, int 
   }
 #pragma unroll
   for (int off = 1; off < 8; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  int e = 0;
-  if (amax > 0.f) frexpf(amax, &e);            // amax = m 2^e, m in [0.5, 1)
-  const int k = amax > 0.f ? min(15 - e, 120) : 0;
-  if (part == 0) qs[r] = ldexpf(1.f, -k);
-  return ldexpf(1.f, k);
+  return Pow2RowScale(amax, qs + r, part == 0);
 }
 
 template <bool kBf16>
