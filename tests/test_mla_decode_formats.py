@@ -433,24 +433,15 @@ def test_gpu_fp8_decode_variant():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("var,value,message", [
-    ("HELIX_MLA_DECODE_FP8_S", "bf16", "HELIX_MLA_DECODE_FP8_S must be auto, fast or f32"),
-    ("HELIX_MLA_DECODE_MID8", "fast", "HELIX_MLA_DECODE_MID8 must be auto, seesaw, lockstep or decode"),
-], ids=["fp8_s", "mid8"])
-def test_gpu_bad_fp8_env_names_the_variable(var, value, message):
-    """A bad value of an fp8 kernel variable is an error naming the variable and its values, not a silent default."""
-    rc, out, err = _formats_subprocess({var: value}, "test_gpu_formats and fp8_e4m3 and ffi", stop_first=True)
-    assert rc != 0, (out + err)[-4000:]
-    assert message in out + err, (out + err)[-4000:]
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("var,value,message", [
-    ("HELIX_MLA_DECODE_NV4_MATH", "fp8", "HELIX_MLA_DECODE_NV4_MATH must be auto, f16 or bf16"),
-    ("HELIX_MLA_DECODE_NV4_L2", "yes", "HELIX_MLA_DECODE_NV4_L2 must be on or off"),
-], ids=["nv4_math", "nv4_l2"])
-def test_gpu_bad_nvfp4_env_names_the_variable(var, value, message):
-    """A bad value of an nvfp4 decoding-seesaw variable is an error naming the variable and its values."""
-    rc, out, err = _formats_subprocess({var: value}, "test_gpu_formats and nvfp4 and ffi", stop_first=True)
+@pytest.mark.parametrize("fmt,var,value,message", [
+    ("fp8_e4m3", "HELIX_MLA_DECODE_FP8_S", "bf16", "HELIX_MLA_DECODE_FP8_S must be auto, fast or f32"),
+    ("fp8_e4m3", "HELIX_MLA_DECODE_MID8", "fast", "HELIX_MLA_DECODE_MID8 must be auto, seesaw, lockstep or decode"),
+    ("nvfp4", "HELIX_MLA_DECODE_NV4_MATH", "fp8", "HELIX_MLA_DECODE_NV4_MATH must be auto, f16 or bf16"),
+    ("nvfp4", "HELIX_MLA_DECODE_NV4_L2", "yes", "HELIX_MLA_DECODE_NV4_L2 must be on or off"),
+], ids=["fp8_s", "mid8", "nv4_math", "nv4_l2"])
+def test_gpu_bad_kernel_env_names_the_variable(fmt, var, value, message):
+    """A bad value of a quantized-page kernel variable is an error naming the variable and its values, not a silent
+    default (run on a format whose calls read it)."""
+    rc, out, err = _formats_subprocess({var: value}, f"test_gpu_formats and {fmt} and ffi", stop_first=True)
     assert rc != 0, (out + err)[-4000:]
     assert message in out + err, (out + err)[-4000:]
