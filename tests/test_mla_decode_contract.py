@@ -302,6 +302,22 @@ def test_repeat_script_small():
     assert mod.main(["--small", "--runs", "2"]) == 0
 
 
+def test_profile_script_small(capsys):
+    """benchmarks/mla_decode_profile.py (the Nsight Compute target) runs the benchmark's call on a small nvfp4 case and
+    rejects non-positive sizes by name."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("mla_decode_profile", ROOT / "benchmarks" / "mla_decode_profile.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    backend = "ffi" if jax.default_backend() == "gpu" else "xla"
+    assert mod.main(["--backend", backend, "--kv-dtype", "nvfp4", "--B", "2", "--L", "256", "--H", "16", "--G", "2",
+                     "--calls", "2"]) == 0
+    assert "2 calls of" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        mod.main(["--calls", "0"])
+    assert "--calls must be >= 1" in capsys.readouterr().err
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("load", ["tma_evict_first", "cpasync", "tma", "tma_multicast"])
 def test_gpu_contract_load_paths(load):
