@@ -69,6 +69,17 @@ def _quantize_nvfp4(c_lat, k_rope):
     return NVFP4Pages(c, k, csf, ksf, g.reshape(1))
 
 
+def decode_call(backend):
+    """The jitted decode the benchmark times for ``backend`` (xla / pallas / ffi), softmax scale 1/sqrt(192)
+    (benchmarks/mla_decode_profile.py runs the same call under Nsight Compute)."""
+    scale = 1.0 / math.sqrt(192.0)
+
+    @jax.jit
+    def f(ql, qr, pg, pt, bd):
+        return mla_decode(ql, qr, pg, pt, kv_bounds=bd, softmax_scale=scale, implementation=IMPL[backend])
+    return f
+
+
 def make_pages(kv_dtype, c_lat, k_rope):
     """The pages tuple of ``kv_dtype`` for the bf16 pools (quantized on the device)."""
     if kv_dtype == "bf16":
@@ -121,7 +132,6 @@ def main(argv=None) -> int:
     records, skipped = [], []
     dtype = jnp.bfloat16
     P = args.page_size
-    scale = 1.0 / math.sqrt(192.0)
     key = jax.random.key(0)
     for L in ints(args.L):
         for B in ints(args.B):
@@ -150,10 +160,7 @@ def main(argv=None) -> int:
                         if be == "pallas" and flops > args.pallas_max_flop:
                             skipped.append(f"B={B} L={L} G={G} H={H}: pallas ({flops:.1e} FLOP, too long without split-KV)")
                             continue
-
-                        @jax.jit
-                        def f(ql, qr, pg, pt, bd, _impl=IMPL[be]):
-                            return mla_decode(ql, qr, pg, pt, kv_bounds=bd, softmax_scale=scale, implementation=_impl)
+                        f = decode_call(be)
                         args_ = (q_lat, q_rope, pages, table, bounds)
                         try:
                             jax.block_until_ready(f(*args_))

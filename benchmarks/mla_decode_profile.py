@@ -1,15 +1,15 @@
 """Call the MLA decode on one benchmark shape a few times, with no timer: a target for Nsight Compute.
 
-  ncu --kernel-name regex:mla_seesaw --launch-skip 2 --launch-count 1 --set full \\
+  ncu --kernel-name regex:mla_seesaw --launch-skip 1 --launch-count 1 --set full \\
       python3 benchmarks/mla_decode_profile.py --kv-dtype bf16 --B 64 --L 65536 --H 128 --G 1
 
 mla_decode.py times with CUPTI, which would compete with the profiler for the same callbacks; this script builds the
-same inputs (mla_decode.make_inputs / make_pages) and only runs the jitted call ``--calls`` times.
+same inputs (mla_decode.make_inputs / make_pages) and only runs the benchmark's call (mla_decode.decode_call)
+``--calls`` times.
 """
 from __future__ import annotations
 
 import argparse
-import math
 import pathlib
 import sys
 
@@ -17,9 +17,8 @@ import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from benchmarks.mla_decode import IMPL, make_inputs, make_pages  # noqa: E402
+from benchmarks.mla_decode import IMPL, decode_call, make_inputs, make_pages  # noqa: E402
 from helix_jax import quant  # noqa: E402
-from helix_jax.ops.mla_decode import mla_decode  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -40,13 +39,8 @@ def main(argv=None) -> int:
         jax.random.key(0), args.B, args.L, args.G, args.H, args.page_size, jnp.bfloat16)
     pages = make_pages(kv_dtype, c_lat, k_rope)
     del c_lat, k_rope
-
-    @jax.jit
-    def f(ql, qr, pg, pt, bd):
-        return mla_decode(ql, qr, pg, pt, kv_bounds=bd, softmax_scale=1.0 / math.sqrt(192.0),
-                          implementation=IMPL[args.backend])
-
-    for i in range(args.calls):
+    f = decode_call(args.backend)
+    for _ in range(args.calls):
         jax.block_until_ready(f(q_lat, q_rope, pages, table, bounds))
     print(f"{args.calls} calls of {args.backend} {kv_dtype} B={args.B} L={args.L} H={args.H} G={args.G} done", flush=True)
     return 0
