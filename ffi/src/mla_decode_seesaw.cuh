@@ -826,7 +826,13 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       mo1 = sM[(i & 1) * 64 + lr1];
       SS_TRACE(kTrOFetch, kbase + i, wt == 0);
     };
+    // O_half *= alpha per row. Skipped where no row of this warp moved its max (every alpha exactly 1, so the product
+    // is the identity): after a segment's first tiles that is most tiles, and the 128 multiplies sit between a
+    // softmax and the PV that waits for them. Not in the decoding seesaws: at 208 registers the branch made ptxas
+    // serialise their wgmmas (C7512).
     auto scale_acc = [&](float a0, float a1) {
+      if constexpr (!kDec)
+        if (!__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) return;
 #pragma unroll
       for (int c = 0; c < 32; ++c) {
         acc[c][0] *= a0; acc[c][1] *= a0; acc[c][2] *= a1; acc[c][3] *= a1;
