@@ -652,12 +652,13 @@ int main(int argc, char** argv) {
   if (argc > 2 && std::strcmp(argv[1], "dschk") == 0) {
     // The decoding seesaws (mla_seesaw with a decoding producer) on the ring-wrapping check case (16 x 8192 tokens,
     // G=4, H=16), for the sanitizers: "dschk nv4" (kLoad 6: f16 math, the default for bf16 queries), "dschk nv4bf16"
-    // (kLoad 4: bf16 tiles), "dschk fp8" (kLoad 5: E4M3 tiles converted in place to f16); "dschk bf16": the bf16
+    // (kLoad 4: bf16 tiles), "dschk nv4stage" / "nv4stagebf16" (the staging slot, HELIX_MLA_DECODE_NV4_STAGE, on kLoad 6 /
+    // 4), "dschk fp8" (kLoad 5: E4M3 tiles converted in place to f16); "dschk bf16": the bf16
     // seesaw on the same case (the consumers' code is the same: a control for racecheck's reports on their hand-offs).
     const std::string v = argv[2];
     const bool fp8 = v == "fp8", bf16 = v == "bf16";
-    if (!fp8 && !bf16 && v != "nv4" && v != "nv4bf16") {
-      std::printf("dschk: unknown variant %s (nv4, nv4bf16, fp8, bf16)\n", argv[2]);
+    if (!fp8 && !bf16 && v != "nv4" && v != "nv4bf16" && v != "nv4stage" && v != "nv4stagebf16") {
+      std::printf("dschk: unknown variant %s (nv4, nv4bf16, nv4stage, nv4stagebf16, fp8, bf16)\n", argv[2]);
       return 2;
     }
     Case c = MakeCase(16, 4, 16, 64, std::vector<int>(16, 8192), 65);
@@ -672,6 +673,8 @@ int main(int argc, char** argv) {
       if (bf16) Run<kSeesaw>(d);
       else if (fp8) Run<kSeesaw, kFmtFp8>(d, qp);
       else if (v == "nv4") Run<kSeesaw, kFmtNvfp4, 8>(d, qp);
+      else if (v == "nv4stage") Run<kSeesaw, kFmtNvfp4, 8 | 16>(d, qp);
+      else if (v == "nv4stagebf16") Run<kSeesaw, kFmtNvfp4, 16>(d, qp);
       else Run<kSeesaw, kFmtNvfp4>(d, qp);
     });
     std::printf("dschk %s: %s\n", argv[2], ok ? "PASS" : "FAIL");
@@ -885,9 +888,16 @@ int main(int argc, char** argv) {
       const float l1 = TimeMs<kSeesaw, kFmtNvfp4, 2>(d, it, q1, 1), l0 = TimeMs<kSeesaw, kFmtNvfp4, 2>(d, it, q0, 1);
       const float mt = TimeMs<kSeesaw, kFmtNvfp4, 4>(d, it, q1, 1);
       const float f1 = TimeMs<kSeesaw, kFmtNvfp4, 8>(d, it, q1, 1), fl = TimeMs<kSeesaw, kFmtNvfp4, 8 | 2>(d, it, q1, 1);
+      // The staging slot (HELIX_MLA_DECODE_NV4_STAGE, kVar bit 16), f16 math, alternating with kLoad 6 twice.
+      float st[2], f6[2];
+      for (int r = 0; r < 2; ++r) {
+        st[r] = TimeMs<kSeesaw, kFmtNvfp4, 8 | 16>(d, it, q1, 1);
+        f6[r] = TimeMs<kSeesaw, kFmtNvfp4, 8>(d, it, q1, 1);
+      }
       std::printf("ss4 B=%d G=%d H=%d main kernel ms: bf16 %.4f | nvfp4 l2 on %.4f (%.2fx bf16) off %.4f (%.2fx) | "
                   "load+decode alone on %.4f off %.4f | math alone %.4f | f16 math (kLoad 6) %.4f (%.2fx), its load+decode "
-                  "alone %.4f\n", sh.B, sh.G, sh.H, bf, a1, bf / a1, a0, bf / a0, l1, l0, mt, f1, bf / f1, fl);
+                  "alone %.4f | staged %.4f %.4f vs %.4f %.4f (%.2fx bf16)\n", sh.B, sh.G, sh.H, bf, a1, bf / a1, a0,
+                  bf / a0, l1, l0, mt, f1, bf / f1, fl, st[0], st[1], f6[0], f6[1], bf / std::min(st[0], st[1]));
 #ifdef HELIX_SS_TRACE
       static long long tr[kTrEvents][kTrTiles];
       static const char* const names[kTrEvents] = {"P:iss", "P:raw", "P:dec", "start", "rel", "first", "last", "Sdone", "smax", "PViss", "ofetch"};

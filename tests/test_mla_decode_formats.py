@@ -421,6 +421,19 @@ def test_gpu_nvfp4_bf16_math_variant():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("math", ["f16", "bf16"])
+def test_gpu_nvfp4_staging_slot_variant(math):
+    """HELIX_MLA_DECODE_NV4_STAGE=on runs the nvfp4 decoding seesaw with its staging slot (the next tile's scales and
+    first codes loaded during this tile's decode; session 21) under either math: it passes every nvfp4 FFI GPU format
+    case, the R2 examples, the determinism reruns and the f16-query cases."""
+    rc, out, err = _formats_subprocess({"HELIX_MLA_DECODE_NV4_STAGE": "on", "HELIX_MLA_DECODE_NV4_MATH": math},
+                                       "(test_gpu_formats or test_gpu_r2_examples or "
+                                       "test_gpu_ffi_formats_are_deterministic or f16_queries) and nvfp4 and "
+                                       "(ffi or f16_queries)")
+    assert rc == 0 and " passed" in out, out[-4000:] + err[-4000:]
+
+
+@pytest.mark.gpu
 def test_gpu_fp8_decode_variant():
     """HELIX_MLA_DECODE_MID8=decode runs fp8 pages at G*H > 16 on the seesaw kernel with a decoding producer (E4M3 tiles
     converted in place to f16, f16 math; bf16 queries rewritten as f16) where the page size is a multiple of 64: it
@@ -438,7 +451,8 @@ def test_gpu_fp8_decode_variant():
     ("fp8_e4m3", "HELIX_MLA_DECODE_MID8", "fast", "HELIX_MLA_DECODE_MID8 must be auto, seesaw, lockstep or decode"),
     ("nvfp4", "HELIX_MLA_DECODE_NV4_MATH", "fp8", "HELIX_MLA_DECODE_NV4_MATH must be auto, f16 or bf16"),
     ("nvfp4", "HELIX_MLA_DECODE_NV4_L2", "yes", "HELIX_MLA_DECODE_NV4_L2 must be on or off"),
-], ids=["fp8_s", "mid8", "nv4_math", "nv4_l2"])
+    ("nvfp4", "HELIX_MLA_DECODE_NV4_STAGE", "yes", "HELIX_MLA_DECODE_NV4_STAGE must be auto, on or off"),
+], ids=["fp8_s", "mid8", "nv4_math", "nv4_l2", "nv4_stage"])
 def test_gpu_bad_kernel_env_names_the_variable(fmt, var, value, message):
     """A bad value of a quantized-page kernel variable is an error naming the variable and its values, not a silent
     default (run on a format whose calls read it)."""

@@ -1269,6 +1269,14 @@ int Nv4MathFromEnv() {
   return mode;
 }
 
+// The nvfp4 decoding seesaw's staging slot, from HELIX_MLA_DECODE_NV4_STAGE (auto | on | off; read once): on loads the
+// next tile's scales and first codes during this tile's decode (mla_seesaw kVar bit 8; benchmarks/NOTES.md, session 21:
+// designed and built without a GPU, not yet measured), so auto = off. Returns 1 / 0, -1 for anything else.
+int Nv4StageFromEnv() {
+  static const int mode = EnvChoice("HELIX_MLA_DECODE_NV4_STAGE", {{"auto", 0}, {"on", 1}, {"off", 0}});
+  return mode;
+}
+
 // The decoding seesaws' (nvfp4; fp8 with HELIX_MLA_DECODE_MID8=decode) L2 prefetch of the next raw tile, from
 // HELIX_MLA_DECODE_NV4_L2 (on | off; default on), read once; -1 for anything else (Launch reports it). Session 20:
 // nvfp4 0.3-1 % faster with it under JAX at L=64K, the fp8 decoding seesaw 1.10x.
@@ -1364,7 +1372,8 @@ cudaError_t EncodeQ4Maps(const Params& p, const QParams& qp, Q4Maps* maps) {
   return CachedPoolMaps(qp.kv_lat8, qp.lat_sf, rows, maps, [&](Q4Maps* m) {
     return EncodeBytes2d(encode, &m->lat, qp.kv_lat8, kDl / 2, rows, 128, CU_TENSOR_MAP_SWIZZLE_128B) &&
                    EncodeBytes2d(encode, &m->rope, qp.kv_rope8, kDr / 2, rows, 32, CU_TENSOR_MAP_SWIZZLE_NONE) &&
-                   EncodeBytes2d(encode, &m->lsf, qp.lat_sf, kDl / 16, rows, 32, CU_TENSOR_MAP_SWIZZLE_NONE)
+                   EncodeBytes2d(encode, &m->lsf, qp.lat_sf, kDl / 16, rows, 32, CU_TENSOR_MAP_SWIZZLE_NONE) &&
+                   EncodeBytes2d(encode, &m->lat64, qp.kv_lat8, kDl / 2, rows, 64, CU_TENSOR_MAP_SWIZZLE_64B)
                ? cudaSuccess : cudaErrorInvalidValue;
   });
 }
@@ -1499,15 +1508,18 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
   } else if constexpr (kMode == kSeesaw && kFmt != kFmtNative) {
     // Quantized pages, G*H > 16, P % 64 == 0 (Launch checks): the decoding producer, TMA raw tiles, no clusters. nvfp4:
     // kLoad 4, or with kVar bit 8 (HELIX_MLA_DECODE_NV4_MATH auto / f16) and bf16 activations kLoad 6 (f16 math, Q
-    // rewritten as f16, the cheaper f16 decode; f16 activations decode into f16 already); fp8: kLoad 5 (f16 math).
+    // rewritten as f16, the cheaper f16 decode; f16 activations decode into f16 already); fp8: kLoad 5 (f16 math). kVar
+    // bit 16 (nvfp4, HELIX_MLA_DECODE_NV4_STAGE): the staging slot (the kernel's kVar bit 8; more shared memory).
     constexpr int kLoad = kFmt == kFmtFp8 ? 5 : ((kVar & 8) != 0 && kBf16) ? 6 : 4;
-    constexpr auto kernel = mla_seesaw<kBf16, kVar & 7, kLoad>;
+    constexpr bool kStage = (kVar & 16) != 0 && kFmt == kFmtNvfp4;
+    constexpr auto kernel = mla_seesaw<kBf16, (kVar & 7) | (kStage ? 8 : 0), kLoad>;
+    constexpr int kSmemBytes = kStage ? kSsSmemBytesStage : kSsSmemBytes;
     SsMapsT<kLoad> maps{};
     if constexpr (kFmt == kFmtFp8) err = EncodeQ8Maps(p, qp, &maps);
     else err = EncodeQ4Maps(p, qp, &maps);
     if (err != cudaSuccess) return err;
-    if ((err = OptInSharedMemory(kernel, kSsSmemBytes, ready)) != cudaSuccess) return err;
-    if ((err = LaunchKernel(kernel, grid, dim3(kSsThreads), kSsSmemBytes, stream, nullptr, p, s, maps, qp)) != cudaSuccess)
+    if ((err = OptInSharedMemory(kernel, kSmemBytes, ready)) != cudaSuccess) return err;
+    if ((err = LaunchKernel(kernel, grid, dim3(kSsThreads), kSmemBytes, stream, nullptr, p, s, maps, qp)) != cudaSuccess)
       return err;
   } else if constexpr (kMode == kSeesaw) {
     constexpr int kV = kVar & 7;
@@ -1567,6 +1579,8 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_NV4_L2 must be on or off");
   if (kFmt == kFmtNvfp4 && Nv4MathFromEnv() < 0)
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_NV4_MATH must be auto, f16 or bf16");
+  if (kFmt == kFmtNvfp4 && Nv4StageFromEnv() < 0)
+    return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_NV4_STAGE must be auto, on or off");
   if (kFmt == kFmtFp8 && Fp8SFromEnv() < 0)
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_FP8_S must be auto, fast or f32");
   if (kFmt == kFmtFp8 && Mid8FromEnv() < 0)
@@ -1591,7 +1605,10 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
     if constexpr (kFmt == kFmtNvfp4) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ4, kFmt>(p, s, num_parts, mtiles, stream, qp)));
   } else if (kFmt == kFmtNvfp4 && mode == kSmallQ8 && p.P % kTokTile == 0) {  // nvfp4, G*H > 16: the decoding seesaw
     if constexpr (kFmt == kFmtNvfp4) {
-      if (Nv4MathFromEnv() == 1) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmt, 8>(p, s, num_parts, mtiles, stream, qp)));
+      const bool f16 = Nv4MathFromEnv() == 1, stage = Nv4StageFromEnv() == 1;
+      if (f16 && stage) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmt, 8 | 16>(p, s, num_parts, mtiles, stream, qp)));
+      else if (f16) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmt, 8>(p, s, num_parts, mtiles, stream, qp)));
+      else if (stage) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmt, 16>(p, s, num_parts, mtiles, stream, qp)));
       else HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmt>(p, s, num_parts, mtiles, stream, qp)));
     }
   } else if (kFmt == kFmtFp8 && mode == kSmallQ8) {  // fp8, G*H > 16: mla_mid_q8s / mla_mid_q8, one CTA per 64 rows

@@ -62,6 +62,12 @@ constexpr int kSsProducerRegs = 40, kSsConsumerRegs = 232;  // setmaxnreg budget
 // 72 / 216 was 1-5 % slower than 88 / 208, which compiles without spills in either region).
 constexpr int kSsNv4ProducerRegs = 88, kSsNv4ConsumerRegs = 208;
 constexpr int kSsSmemBytes = 3 * kSsTileBytes + 2 * 64 * 4 + 2 * 2 * 64 * 4 + 32 * 8 + 64 * 4 + 1024;
+// The nvfp4 staging slot (mla_seesaw kVar bit 8, Nv4DecodeTileS): the next tile's latent codes of blocks 0-1 (64-byte
+// box, 64-byte swizzle, 4 KB) and its latent scales (2 KB), 1024-aligned after sQs, in the last 8 KB of shared memory.
+constexpr int kSsStageOff = ((kSsSmemBytes - 1024 + 1023) / 1024) * 1024;
+constexpr int kSsStageBytes = 4096 + 2048;
+constexpr int kSsSmemBytesStage = kSsStageOff + kSsStageBytes + 1024;
+static_assert(kSsSmemBytesStage <= 232448, "the staging slot must fit the H200's 227 KB of shared memory per block");
 
 struct SsBars {
   uint64_t full[2][9];   // per buffer, per 64-column block: 128 producer arrivals (cp.async) or 1 (+ bytes: TMA)
@@ -70,7 +76,9 @@ struct SsBars {
   uint64_t empty[2][3];
   uint64_t q_full, q_empty;
   uint64_t raw[2];  // kLoad 4 / 5: a buffer's raw nvfp4 / fp8 bytes (1 arrival + 20736 / 36864 bytes)
+  uint64_t stage;   // nvfp4 staging slot (kVar bit 8): 1 arrival + kSsStageBytes
 };
+static_assert(sizeof(SsBars) <= 32 * 8, "SsBars fits its 256 bytes");
 
 __device__ __forceinline__ void MbarInit(uint64_t* b, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SmemAddr(b)), "r"(count) : "memory");
@@ -170,6 +178,7 @@ struct SsMaps {
 // come by a 256-byte bulk copy.
 struct Q4Maps {
   CUtensorMap lat, rope, lsf;
+  CUtensorMap lat64;  // the latent codes again, box 64 B x 64, 64-byte swizzle (the seesaw's staging slot, kVar bit 8)
 };
 // Tensor maps of an fp8 pool (TMA loads, P % 64 == 0; mla_small_q8, mla_mid_q8(s) and the seesaw kernel's decoding
 // producer): latent [N*P rows, 512 B], box 128 B x 64, 128-byte swizzle; rope [N*P rows, 64 B], box 64 B x 64, 64-byte
@@ -346,6 +355,94 @@ __device__ __forceinline__ void Nv4DecodeTile(unsigned char* buf, uint64_t* full
   block(8, rope, rsf);
   // The buffer goes back to the TMA producer after the consumers are done with it: this thread's generic reads and
   // writes of it come first (proxy fence; benchmarks/NOTES.md, session 17).
+  FenceProxyAsync();
+  MbarArrive(&full[8]);
+}
+
+// The staged form of the nvfp4 tile (mla_seesaw kVar bit 8). The staging slot holds tile k's latent scales and the codes
+// of blocks 0-1, loaded while tile k-1 decodes (it does not wait for tile k's buffer); the buffer's tail holds the rest,
+// all inside blocks 7-8, loaded once the buffer is back: blocks 2-5's codes (128-byte box at x = 64 B, 128-byte
+// swizzle), blocks 6-7's (64-byte box at x = 192 B), the rope codes and the rope scales. So blocks 0-1 decode while the
+// tail is in flight, and no block before 7 overwrites a raw byte.
+constexpr int kNv4sC25Off = 7 * kBlockBytes, kNv4sC67Off = 8 * kBlockBytes;
+constexpr int kNv4sRopeOff = kNv4sC67Off + 4096, kNv4sRsfOff = kNv4sRopeOff + 2048;
+constexpr int kNv4sTailBytes = 8192 + 4096 + 2048 + 256;
+static_assert(kNv4sRsfOff + 256 <= kSsTileBytes && kNv4sC67Off % 512 == 0 && kNv4sRopeOff % 128 == 0,
+              "the staged tail lies in blocks 7-8");
+// Thread 0: the staging slot's copies for pool row y (the caller's barrier expects kSsStageBytes).
+__device__ __forceinline__ void Nv4TmaStage(unsigned char* stage, const Q4Maps& maps, int y, uint64_t* bar) {
+  TmaLoad2d<false>(stage, &maps.lat64, 0, y, bar, 0);
+  TmaLoad2d<false>(stage + 4096, &maps.lsf, 0, y, bar, 0);
+}
+// Thread 0: the tail's copies for pool row y into buffer buf (the caller's barrier expects kNv4sTailBytes).
+__device__ __forceinline__ void Nv4TmaTail(unsigned char* buf, const Q4Maps& maps, const QParams& qp, int y, uint64_t* bar) {
+  TmaLoad2d<false>(buf + kNv4sC25Off, &maps.lat, 64, y, bar, 0);
+  TmaLoad2d<false>(buf + kNv4sC67Off, &maps.lat64, 192, y, bar, 0);
+  TmaLoad2d<false>(buf + kNv4sRopeOff, &maps.rope, 0, y, bar, 0);
+  BulkLoad(buf + kNv4sRsfOff, qp.rope_sf + (size_t)y * (kDr / 16), kTokTile * 4, bar);
+}
+// Nv4DecodeTile on the staged layout: blocks 0-1 from the slot, then mid() (the slot goes back, the tail is waited
+// for), blocks 2-8 from the tail. Same thread split, writes and full[c] arrivals as Nv4DecodeTile.
+template <bool kBf16, typename Mid>
+__device__ __forceinline__ void Nv4DecodeTileS(unsigned char* buf, const unsigned char* stage, uint64_t* full, int t, int h,
+                                               bool valid, Mid&& mid) {
+  uint16_t* d = reinterpret_cast<uint16_t*>(buf);
+  const uint4 sfa = *reinterpret_cast<const uint4*>(stage + 4096 + t * 32);
+  const uint4 sfb = *reinterpret_cast<const uint4*>(stage + 4096 + t * 32 + 16);
+  const uint32_t hs = h ? 0x7632u : 0x5410u;
+  const uint32_t sf[4] = {Prmt(sfa.x, sfa.y, hs), Prmt(sfa.z, sfa.w, hs), Prmt(sfb.x, sfb.y, hs), Prmt(sfb.z, sfb.w, hs)};
+  auto block = [&](int c, const uint4& raw, uint32_t s2) {  // as Nv4DecodeTile's
+    uint32_t h2;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"((unsigned short)(s2 & 0xFFFFu)));
+    uint32_t sA, sB;
+    if constexpr (kBf16) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h2));
+      sA = Pack2<true>(f.x, f.x);
+      sB = Pack2<true>(f.y, f.y);
+    } else {
+      sA = Prmt(h2, 0u, 0x1010u);
+      sB = Prmt(h2, 0u, 0x3232u);
+    }
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    if (!valid) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) StShared16(d + TileOff(t, 8 * c + 4 * h + k), 0u, 0u, 0u, 0u);
+      return;
+    }
+    uint32_t o[4][4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      E2m1x4To16<kBf16>(w[k], o[k][0], o[k][1]);
+      E2m1x4To16<kBf16>(w[k] >> 16, o[k][2], o[k][3]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[k][i] = Mul16x2<kBf16>(o[k][i], k < 2 ? sA : sB);
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) StShared16(d + TileOff(t, 8 * c + 4 * h + k), o[k][0], o[k][1], o[k][2], o[k][3]);
+  };
+  auto codes = [&](int c) {  // 16 bytes: unit 2 (c & 1) + h of the token's row in its box
+    const int u = 2 * (c & 1) + h;
+    const unsigned char* a64 = c < 2 ? stage : buf + kNv4sC67Off;  // 64-byte swizzle
+    if (c >= 2 && c < 6)
+      return *reinterpret_cast<const uint4*>(buf + kNv4sC25Off + t * 128 + (((2 * (c - 2) + h) ^ (t & 7)) << 4));
+    return *reinterpret_cast<const uint4*>(a64 + t * 64 + ((u ^ ((t >> 1) & 3)) << 4));
+  };
+  uint4 rope;
+  uint32_t rsf;
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+    if (c == 2) mid();  // this thread's slot reads are done (block 1 consumed them); the tail has landed after it
+    if (c == 7) {
+      rope = *reinterpret_cast<const uint4*>(buf + kNv4sRopeOff + t * 32 + h * 16);
+      rsf = *reinterpret_cast<const uint16_t*>(buf + kNv4sRsfOff + t * 4 + h * 2);
+      NamedBarSync(4, 128);  // every thread's block 2-5 code reads (block 7's bytes)
+    }
+    block(c, codes(c), sf[c >> 1] >> (16 * (c & 1)));
+    if (c == 0 || c == 7) FenceProxyAsync();  // (the scale / rope loads: no arrival with a load in flight)
+    MbarArrive(&full[c]);
+  }
+  NamedBarSync(4, 128);  // block 6-7 code and rope reads (block 8's bytes) done
+  block(8, rope, rsf);
   FenceProxyAsync();
   MbarArrive(&full[8]);
 }
@@ -543,10 +640,16 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
   // either activation dtype (bf16 Q rewritten as f16: kF16Q); kLoad 4 decodes nvfp4 into the activation dtype.
   constexpr bool kMc = kLoad == 3, kNv4 = kLoad == 4 || kLoad == 6, kFp8 = kLoad == 5, kDec = kNv4 || kFp8;
   constexpr bool kMB = kBf16 && kLoad != 5 && kLoad != 6, kF16Q = kBf16 && !kMB;
+  // kVar bit 8 (nvfp4): the staging slot (Nv4DecodeTileS; benchmarks/NOTES.md, session 21): the next tile's scales and
+  // blocks 0-1's codes load during this tile's decode; the buffer's tail only once the buffer is back.
+  constexpr bool kStage = (kVar & 8) != 0;
+  static_assert(!kStage || (kNv4 && (kVar & 4) == 0), "the staging slot: nvfp4 pages, no load-free probe");
+  unsigned char* const stage = smem + kSsStageOff;  // (kStage only: the launch gives kSsSmemBytesStage)
   if (threadIdx.x == 0) {
     for (int b = 0; b < 2; ++b) {
       for (int c = 0; c < 9; ++c) MbarInit(&bars->full[b][c], kLoad && !kDec ? 1 : 128);
       if constexpr (kDec) MbarInit(&bars->raw[b], 1);
+      if constexpr (kStage) MbarInit(&bars->stage, 1);
       for (int c = 0; c < 3; ++c) MbarInit(&bars->empty[b][c], c == 0 ? (kMc ? 8 : 128) : (kMc ? 16 : 256));
     }
     MbarInit(&bars->q_full, 128);
@@ -582,6 +685,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       }
     }
     int k = 0, sc = 0, pown0 = 0, pown1 = 0;  // pown*: owner of the last tile loaded into buffer 0 / 1
+    int sg = 0;  // kStage: tiles staged so far (the slot barrier's phase)
     for (int si = range.x; si < range.y; ++si) {
       const int4 seg = s.seg[SegRow(p) + si];
       const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
@@ -617,9 +721,49 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         // consumer to release the buffer's previous tile before the rest of this tile's S: measured slower (NOTES).
         auto page_of = [&](int t0) { return min(max(__ldg(p.page_table + (long long)b * p.npp + t0 / p.P), 0), p.N - 1); };
         int pg_next = pt == 0 ? page_of(blk0 * kTokTile) : 0;
+        bool staged = false;  // thread 0, kStage: this tile's slot went out during the previous tile's decode
         for (int j = 0; j < n; ++j, ++k) {
           const int buf = k & 1, u = k >> 1, t0 = (blk0 + j) * kTokTile;
           unsigned char* dst = kbuf + buf * kSsTileBytes;
+          if constexpr (kStage) {
+            int yn = 0;  // thread 0: the next tile's pool row
+            if (pt == 0) {
+              const int y = pg_next * p.P + t0 % p.P;
+              if (!staged) {  // a segment's first tile
+                MbarArriveExpectTx(&bars->stage, kSsStageBytes);
+                Nv4TmaStage(stage, maps, y, &bars->stage);
+              }
+              staged = false;
+              if (j + 1 < n) {
+                pg_next = page_of(t0 + kTokTile);
+                yn = pg_next * p.P + (t0 + kTokTile) % p.P;
+                if (qp.l2_next) Nv4PrefetchTile(maps, qp, yn);
+              }
+              if (u >= 1)
+                for (int r = 0; r < 3; ++r) MbarWait(&bars->empty[buf][r], (u - 1) & 1);
+              SS_TRACE(kTrPart0, k, true);
+              MbarArriveExpectTx(&bars->raw[buf], kNv4sTailBytes);
+              Nv4TmaTail(dst, maps, qp, y, &bars->raw[buf]);
+            }
+            // Every thread writes blocks 0-1 before the tail lands: it waits for the buffer's releases itself.
+            if (u >= 1)
+              for (int r = 0; r < 3; ++r) MbarWait(&bars->empty[buf][r], (u - 1) & 1);
+            MbarWait(&bars->stage, sg & 1);
+            ++sg;
+            Nv4DecodeTileS<kMB>(dst, stage, bars->full[buf], pt & 63, pt >> 6, t0 + (pt & 63) < len, [&] {
+              FenceProxyAsync();     // this thread's slot reads before the slot's refill (async proxy)
+              NamedBarSync(4, 128);  // every thread's
+              if (pt == 0 && j + 1 < n) {
+                MbarArriveExpectTx(&bars->stage, kSsStageBytes);
+                Nv4TmaStage(stage, maps, yn, &bars->stage);
+                staged = true;
+              }
+              MbarWait(&bars->raw[buf], u & 1);
+              SS_TRACE(kTrPart1, k, pt == 0);
+            });
+            SS_TRACE(kTrPart2, k, pt == 0);
+            continue;
+          }
           if (pt == 0) {
             const int y = pg_next * p.P + t0 % p.P;
             if (j + 1 < n) {
