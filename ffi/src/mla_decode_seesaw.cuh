@@ -288,6 +288,40 @@ __device__ __forceinline__ void Fp8PrefetchTile(const Q8Maps& maps, int y) {
   PrefetchBoxL2(&maps.rope, 0, y);
 }
 
+// One 64-dim block of token t, dims 32 h .. 32 h + 31 (two 16-value scale groups: raw holds their 32 codes, s2's low 16
+// bits their two E4M3 scales), decoded and written as four 16-byte chunks (TileOff layout) of the 16-bit tile d; zeros
+// where !valid (divergent only in a sequence's last tile).
+template <bool kBf16>
+__device__ __forceinline__ void Nv4DecodeBlock(uint16_t* d, int t, int h, bool valid, int c, const uint4& raw, uint32_t s2) {
+  uint32_t h2;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"((unsigned short)(s2 & 0xFFFFu)));
+  uint32_t sA, sB;
+  if constexpr (kBf16) {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h2));
+    sA = Pack2<true>(f.x, f.x);  // every E4M3 value is a bf16 value
+    sB = Pack2<true>(f.y, f.y);
+  } else {
+    sA = Prmt(h2, 0u, 0x1010u);
+    sB = Prmt(h2, 0u, 0x3232u);
+  }
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  if (!valid) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) StShared16(d + TileOff(t, 8 * c + 4 * h + k), 0u, 0u, 0u, 0u);
+    return;
+  }
+  uint32_t o[4][4];  // all four words decoded before the stores: independent chains for the scheduler
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    E2m1x4To16<kBf16>(w[k], o[k][0], o[k][1]);
+    E2m1x4To16<kBf16>(w[k] >> 16, o[k][2], o[k][3]);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[k][i] = Mul16x2<kBf16>(o[k][i], k < 2 ? sA : sB);
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k) StShared16(d + TileOff(t, 8 * c + 4 * h + k), o[k][0], o[k][1], o[k][2], o[k][3]);
+}
+
 // This thread's part of the decode: token t of the tile (zeros where !valid: past the sequence's bound the page may
 // hold anything, NaN scales included), dims 32 h .. 32 h + 31 of every 64-dim block (two 16-value scale groups),
 // written as four 16-byte chunks per block (TileOff layout; 8 consecutive tokens hit 8 bank groups, as do the
@@ -301,35 +335,7 @@ __device__ __forceinline__ void Nv4DecodeTile(unsigned char* buf, uint64_t* full
   const uint4 sfb = *reinterpret_cast<const uint4*>(buf + kNv4LsfOff + t * 32 + 16);
   const uint32_t hs = h ? 0x7632u : 0x5410u;
   const uint32_t sf[4] = {Prmt(sfa.x, sfa.y, hs), Prmt(sfa.z, sfa.w, hs), Prmt(sfb.x, sfb.y, hs), Prmt(sfb.z, sfb.w, hs)};
-  auto block = [&](int c, const uint4& raw, uint32_t s2) {  // s2: the two E4M3 scales in its low 16 bits
-    uint32_t h2;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"((unsigned short)(s2 & 0xFFFFu)));
-    uint32_t sA, sB;
-    if constexpr (kBf16) {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h2));
-      sA = Pack2<true>(f.x, f.x);  // every E4M3 value is a bf16 value
-      sB = Pack2<true>(f.y, f.y);
-    } else {
-      sA = Prmt(h2, 0u, 0x1010u);
-      sB = Prmt(h2, 0u, 0x3232u);
-    }
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-    if (!valid) {  // (divergent only in a sequence's last tile)
-#pragma unroll
-      for (int k = 0; k < 4; ++k) StShared16(d + TileOff(t, 8 * c + 4 * h + k), 0u, 0u, 0u, 0u);
-      return;
-    }
-    uint32_t o[4][4];  // all four words decoded before the stores: independent chains for the scheduler
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      E2m1x4To16<kBf16>(w[k], o[k][0], o[k][1]);
-      E2m1x4To16<kBf16>(w[k] >> 16, o[k][2], o[k][3]);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o[k][i] = Mul16x2<kBf16>(o[k][i], k < 2 ? sA : sB);
-    }
-#pragma unroll
-    for (int k = 0; k < 4; ++k) StShared16(d + TileOff(t, 8 * c + 4 * h + k), o[k][0], o[k][1], o[k][2], o[k][3]);
-  };
+  auto block = [&](int c, const uint4& raw, uint32_t s2) { Nv4DecodeBlock<kBf16>(d, t, h, valid, c, raw, s2); };
   auto codes = [&](int c) {  // latent codes of block c: 16 bytes of the token's row in its box (128-byte swizzle)
     const int unit = (c & 3) * 2 + h;
     return *reinterpret_cast<const uint4*>(buf + kNv4LatOff + (c >> 2) * kBlockBytes + t * 128 + ((unit ^ (t & 7)) << 4));
@@ -391,35 +397,7 @@ __device__ __forceinline__ void Nv4DecodeTileS(unsigned char* buf, const unsigne
   const uint4 sfb = *reinterpret_cast<const uint4*>(stage + 4096 + t * 32 + 16);
   const uint32_t hs = h ? 0x7632u : 0x5410u;
   const uint32_t sf[4] = {Prmt(sfa.x, sfa.y, hs), Prmt(sfa.z, sfa.w, hs), Prmt(sfb.x, sfb.y, hs), Prmt(sfb.z, sfb.w, hs)};
-  auto block = [&](int c, const uint4& raw, uint32_t s2) {  // as Nv4DecodeTile's
-    uint32_t h2;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"((unsigned short)(s2 & 0xFFFFu)));
-    uint32_t sA, sB;
-    if constexpr (kBf16) {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h2));
-      sA = Pack2<true>(f.x, f.x);
-      sB = Pack2<true>(f.y, f.y);
-    } else {
-      sA = Prmt(h2, 0u, 0x1010u);
-      sB = Prmt(h2, 0u, 0x3232u);
-    }
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-    if (!valid) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) StShared16(d + TileOff(t, 8 * c + 4 * h + k), 0u, 0u, 0u, 0u);
-      return;
-    }
-    uint32_t o[4][4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      E2m1x4To16<kBf16>(w[k], o[k][0], o[k][1]);
-      E2m1x4To16<kBf16>(w[k] >> 16, o[k][2], o[k][3]);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o[k][i] = Mul16x2<kBf16>(o[k][i], k < 2 ? sA : sB);
-    }
-#pragma unroll
-    for (int k = 0; k < 4; ++k) StShared16(d + TileOff(t, 8 * c + 4 * h + k), o[k][0], o[k][1], o[k][2], o[k][3]);
-  };
+  auto block = [&](int c, const uint4& raw, uint32_t s2) { Nv4DecodeBlock<kBf16>(d, t, h, valid, c, raw, s2); };
   auto codes = [&](int c) {  // 16 bytes: unit 2 (c & 1) + h of the token's row in its box
     const int u = 2 * (c & 1) + h;
     const unsigned char* a64 = c < 2 ? stage : buf + kNv4sC67Off;  // 64-byte swizzle
