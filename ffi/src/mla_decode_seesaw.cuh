@@ -101,6 +101,12 @@ __device__ __forceinline__ void ReleaseAfterLoads(uint64_t* b, bool each = false
     MbarArrive(b);
   }
 }
+// Four 8 x 8 16-bit matrices from registers to shared memory (lane l: the address of row l & 7 of matrix l >> 3; register
+// i holds this thread's two values of matrix i, the mma accumulator's fragment order).
+__device__ __forceinline__ void StMatrixX4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1), "r"(r2),
+               "r"(r3) : "memory");
+}
 // Cluster helpers (kLoad 3). The non-aligned barrier.cluster forms: producer lanes reach them apart.
 __device__ __forceinline__ uint32_t ClusterRank() {
   uint32_t r;
@@ -1045,18 +1051,29 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       SS_TRACE(kTrSDone, k, wt == 0);
       empty_arrive(buf, 2);  // S_j done: the non-owner's V half is not read by this WG again
 
-      // Softmax of tile j (log2 units), masked by each row's own bound.
+      // Softmax of tile j (log2 units), masked by each row's own bound. The max is taken on the raw logits (the factors
+      // sl2r* are positive: softmax_scale > 0, checked by the API) and the factor folded into each exponent's FMA; the
+      // bound compares are skipped where the whole tile lies inside every bound of the warp (all but a segment's last
+      // tiles).
       const int tok0 = (blk0 + j) * kTokTile + (lane & 3) * 2;
       float mx0 = -INFINITY, mx1 = -INFINITY;
+      if (__all_sync(0xffffffffu, (blk0 + j + 1) * kTokTile <= min(bnd0, bnd1))) {
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
+        for (int nt = 0; nt < 8; ++nt) {
+          mx0 = fmaxf(mx0, fmaxf(sc4[nt][0], sc4[nt][1]));
+          mx1 = fmaxf(mx1, fmaxf(sc4[nt][2], sc4[nt][3]));
+        }
+      } else {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int t = tok0 + nt * 8 + e;
-          sc4[nt][e] = t < bnd0 ? sc4[nt][e] * sl2r0 : -INFINITY;
-          sc4[nt][2 + e] = t < bnd1 ? sc4[nt][2 + e] * sl2r1 : -INFINITY;
-          mx0 = fmaxf(mx0, sc4[nt][e]);
-          mx1 = fmaxf(mx1, sc4[nt][2 + e]);
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int t = tok0 + nt * 8 + e;
+            sc4[nt][e] = t < bnd0 ? sc4[nt][e] : -INFINITY;
+            sc4[nt][2 + e] = t < bnd1 ? sc4[nt][2 + e] : -INFINITY;
+            mx0 = fmaxf(mx0, sc4[nt][e]);
+            mx1 = fmaxf(mx1, sc4[nt][2 + e]);
+          }
         }
       }
 #pragma unroll
@@ -1064,26 +1081,30 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
       }
-      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+      const float mn0 = fmaxf(m0, mx0 * sl2r0), mn1 = fmaxf(m1, mx1 * sl2r1);
       const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
       const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
       m0 = mn0;
       m1 = mn1;
       float rs0 = 0.f, rs1 = 0.f;
       uint32_t pa[4][4];
-      uint16_t* sPj = reinterpret_cast<uint16_t*>(kbuf + buf * kSsTileBytes + 8 * kBlockBytes);
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
-        const float p0 = exp2f(sc4[nt][0] - mu0), p1 = exp2f(sc4[nt][1] - mu0);
-        const float p2 = exp2f(sc4[nt][2] - mu1), p3 = exp2f(sc4[nt][3] - mu1);
+        const float p0 = exp2f(fmaf(sc4[nt][0], sl2r0, -mu0)), p1 = exp2f(fmaf(sc4[nt][1], sl2r0, -mu0));
+        const float p2 = exp2f(fmaf(sc4[nt][2], sl2r1, -mu1)), p3 = exp2f(fmaf(sc4[nt][3], sl2r1, -mu1));
         rs0 += p0 + p1;
         rs1 += p2 + p3;
-        const uint32_t v01 = Pack2<kMB>(p0, p1), v23 = Pack2<kMB>(p2, p3);
-        pa[nt >> 1][(nt & 1) * 2 + 0] = v01;
-        pa[nt >> 1][(nt & 1) * 2 + 1] = v23;
-        const int tok = nt * 8 + (lane & 3) * 2;
-        *reinterpret_cast<uint32_t*>(sPj + TileOff(lr0, tok >> 3) + (tok & 7)) = v01;
-        *reinterpret_cast<uint32_t*>(sPj + TileOff(lr1, tok >> 3) + (tok & 7)) = v23;
+        pa[nt >> 1][(nt & 1) * 2 + 0] = Pack2<kMB>(p0, p1);
+        pa[nt >> 1][(nt & 1) * 2 + 1] = Pack2<kMB>(p2, p3);
+      }
+      // P_j into the tile's rope block for the other WG: stmatrix x4 writes this warp's 16 rows x 16 tokens per call
+      // (matrices: rows 0-7 / 8-15 of token chunks 2i and 2i + 1; lane l gives the address of row l & 7 of matrix l >> 3).
+      {
+        const uint32_t sPj = kb0 + buf * kSsTileBytes + 8 * kBlockBytes;
+        const int mrow = (wt >> 5) * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), mch = lane >> 4;
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          StMatrixX4(sPj + 2 * TileOff(mrow, 2 * i + mch), pa[i][0], pa[i][1], pa[i][2], pa[i][3]);
       }
       if ((lane & 3) == 0) {
         sM[(j & 1) * 64 + lr0] = m0;
