@@ -922,6 +922,9 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       }
       continue;
     }
+    // A whole tile of a TMA load mode came by TMA; a sequence's partial last tile by cp.async (see the producer).
+    constexpr bool kTmaTiles = kLoad >= 1 && kLoad <= 3;
+    const int len = kTmaTiles ? SeqLen(p.bounds, b, p.G, p.cap) : 0;
     int bnd0 = 0, bnd1 = 0;
     if (gr0 < p.GH) bnd0 = min(max(p.bounds[b * p.G + gr0 / p.H], 0), p.cap);
     if (gr1 < p.GH) bnd1 = min(max(p.bounds[b * p.G + gr1 / p.H], 0), p.cap);
@@ -1033,7 +1036,10 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         MbarWait(&bars->full[buf][c], par);
         if (q == 0) SS_TRACE(kTrFirst, k, wt == 0);
         if (q == 8) SS_TRACE(kTrLast, k, wt == 0);
-        if constexpr (!(kVar & 1)) FenceProxyAsync();  // cp.async (generic proxy) data -> wgmma (async proxy)
+        // cp.async / decoded (generic proxy) data -> wgmma (async proxy). A TMA-filled tile needs none: its bytes are
+        // async-proxy writes, ordered by the mbarrier's transaction count.
+        if constexpr (!(kVar & 1))
+          if (!kTmaTiles || (blk0 + j + 1) * kTokTile > len) FenceProxyAsync();
         WgFence();
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
