@@ -959,10 +959,10 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
     };
     // O_half *= alpha per row. Skipped where no row of this warp moved its max (every alpha exactly 1, so the product
     // is the identity): after a segment's first tiles that is most tiles, and the 128 multiplies sit between a
-    // softmax and the PV that waits for them. Not in the decoding seesaws: at 208 registers the branch made ptxas
-    // serialise their wgmmas (C7512).
-    auto scale_acc = [&](float a0, float a1) {
-      if constexpr (!kDec)
+    // softmax and the PV that waits for them. The decoding seesaws (208 registers) skip only on the non-owner's side
+    // (dec_skip): the owner's branch made ptxas serialise their wgmmas (C7512).
+    auto scale_acc = [&](float a0, float a1, auto dec_skip) {
+      if constexpr (!kDec || decltype(dec_skip)::value)
         if (!__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) return;
 #pragma unroll
       for (int c = 0; c < 32; ++c) {
@@ -979,7 +979,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       m1 = mo1;
       l0 *= a0;
       l1 *= a1;
-      scale_acc(a0, a1);
+      scale_acc(a0, a1, std::true_type{});
       const uint32_t base = kb0 + ((kbase + i) & 1) * kSsTileBytes;
       const uint32_t pa = base + 8 * kBlockBytes, va = base + w * 4 * kBlockBytes;
       FenceRegs(acc);
@@ -1122,7 +1122,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       empty_arrive(buf, 1);                 // this WG is done with the rope/P block of tile j
       l0 = l0 * al0 + rs0;
       l1 = l1 * al1 + rs1;
-      scale_acc(al0, al1);
+      scale_acc(al0, al1, std::false_type{});
       FenceRegs(acc);
       WgFence();
       pv_rs(pa, j);
