@@ -294,6 +294,18 @@ __device__ __forceinline__ void Fp8PrefetchTile(const Q8Maps& maps, int y) {
   PrefetchBoxL2(&maps.rope, 0, y);
 }
 
+// The E4M3 scales of this thread's groups of token t (4c + 2h, 4c + 2h + 1 of the token's 32: block c's two in half
+// c & 1 of v[c >> 1]), from a tile's latent-scale table lsf ([64 tokens][32 B]).
+struct Nv4Scales {
+  uint32_t v[4];
+};
+__device__ __forceinline__ Nv4Scales Nv4ThreadScales(const unsigned char* lsf, int t, int h) {
+  const uint4 sfa = *reinterpret_cast<const uint4*>(lsf + t * 32);
+  const uint4 sfb = *reinterpret_cast<const uint4*>(lsf + t * 32 + 16);
+  const uint32_t hs = h ? 0x7632u : 0x5410u;
+  return {{Prmt(sfa.x, sfa.y, hs), Prmt(sfa.z, sfa.w, hs), Prmt(sfb.x, sfb.y, hs), Prmt(sfb.z, sfb.w, hs)}};
+}
+
 // One 64-dim block of token t, dims 32 h .. 32 h + 31 (two 16-value scale groups: raw holds their 32 codes, s2's low 16
 // bits their two E4M3 scales), decoded and written as four 16-byte chunks (TileOff layout) of the 16-bit tile d; zeros
 // where !valid (divergent only in a sequence's last tile).
@@ -335,12 +347,8 @@ __device__ __forceinline__ void Nv4DecodeBlock(uint16_t* d, int t, int h, bool v
 template <bool kBf16>
 __device__ __forceinline__ void Nv4DecodeTile(unsigned char* buf, uint64_t* full, int t, int h, bool valid) {
   uint16_t* d = reinterpret_cast<uint16_t*>(buf);
-  // Scales of the thread's groups (4c + 2h, 4c + 2h + 1 of the token's 32: block c in half c & 1 of sf[c >> 1]);
-  // with the rope codes and their two scales (read after block 5) they are read before block 6 overwrites them.
-  const uint4 sfa = *reinterpret_cast<const uint4*>(buf + kNv4LsfOff + t * 32);
-  const uint4 sfb = *reinterpret_cast<const uint4*>(buf + kNv4LsfOff + t * 32 + 16);
-  const uint32_t hs = h ? 0x7632u : 0x5410u;
-  const uint32_t sf[4] = {Prmt(sfa.x, sfa.y, hs), Prmt(sfa.z, sfa.w, hs), Prmt(sfb.x, sfb.y, hs), Prmt(sfb.z, sfb.w, hs)};
+  // The scales (with the rope codes and their two scales, read after block 5) are read before block 6 overwrites them.
+  const Nv4Scales sf = Nv4ThreadScales(buf + kNv4LsfOff, t, h);
   auto block = [&](int c, const uint4& raw, uint32_t s2) { Nv4DecodeBlock<kBf16>(d, t, h, valid, c, raw, s2); };
   auto codes = [&](int c) {  // latent codes of block c: 16 bytes of the token's row in its box (128-byte swizzle)
     const int unit = (c & 3) * 2 + h;
@@ -359,7 +367,7 @@ __device__ __forceinline__ void Nv4DecodeTile(unsigned char* buf, uint64_t* full
       rsf = *reinterpret_cast<const uint16_t*>(buf + kNv4RsfOff + t * 4 + h * 2);
       NamedBarSync(4, 128);  // every thread's scale / rope reads (block 6's bytes), block 0-3 code reads (7's)
     }
-    block(c, codes(c), sf[c >> 1] >> (16 * (c & 1)));
+    block(c, codes(c), sf.v[c >> 1] >> (16 * (c & 1)));
     if (c == 0 || c == 6) FenceProxyAsync();
     MbarArrive(&full[c]);
   }
@@ -399,10 +407,7 @@ template <bool kBf16, typename Mid>
 __device__ __forceinline__ void Nv4DecodeTileS(unsigned char* buf, const unsigned char* stage, uint64_t* full, int t, int h,
                                                bool valid, Mid&& mid) {
   uint16_t* d = reinterpret_cast<uint16_t*>(buf);
-  const uint4 sfa = *reinterpret_cast<const uint4*>(stage + 4096 + t * 32);
-  const uint4 sfb = *reinterpret_cast<const uint4*>(stage + 4096 + t * 32 + 16);
-  const uint32_t hs = h ? 0x7632u : 0x5410u;
-  const uint32_t sf[4] = {Prmt(sfa.x, sfa.y, hs), Prmt(sfa.z, sfa.w, hs), Prmt(sfb.x, sfb.y, hs), Prmt(sfb.z, sfb.w, hs)};
+  const Nv4Scales sf = Nv4ThreadScales(stage + 4096, t, h);
   auto block = [&](int c, const uint4& raw, uint32_t s2) { Nv4DecodeBlock<kBf16>(d, t, h, valid, c, raw, s2); };
   auto codes = [&](int c) {  // 16 bytes: unit 2 (c & 1) + h of the token's row in its box
     const int u = 2 * (c & 1) + h;
@@ -421,7 +426,7 @@ __device__ __forceinline__ void Nv4DecodeTileS(unsigned char* buf, const unsigne
       rsf = *reinterpret_cast<const uint16_t*>(buf + kNv4sRsfOff + t * 4 + h * 2);
       NamedBarSync(4, 128);  // every thread's block 2-5 code reads (block 7's bytes)
     }
-    block(c, codes(c), sf[c >> 1] >> (16 * (c & 1)));
+    block(c, codes(c), sf.v[c >> 1] >> (16 * (c & 1)));
     if (c == 0 || c == 7) FenceProxyAsync();  // (the scale / rope loads: no arrival with a load in flight)
     MbarArrive(&full[c]);
   }
