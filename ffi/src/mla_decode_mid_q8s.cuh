@@ -308,22 +308,35 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
       const int par = kg & (kS8PBufs - 1), pp = (kg - 1) & (kS8PBufs - 1);
       const float f0 = sl2 * sQs[r0], f1 = sl2 * sQs[r1];
       const int b0 = sBq[r0], b1 = sBq[r1];
+      // The max on the raw logits (f0, f1 > 0: softmax_scale > 0 is checked by the API), the factor folded into each
+      // exponent's FMA below; the bound compares only where the tile crosses a bound of the warp (the bf16 seesaw's
+      // session-22 form, attempt 45).
       float mx0 = -INFINITY, mx1 = -INFINITY;
+      if (__all_sync(0xffffffffu, t0 + kTokTile <= min(b0, b1))) {
 #pragma unroll
-      for (int n8 = 0; n8 < 8; ++n8)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int t = t0 + 8 * n8 + 2 * c4 + e;
-          sacc[n8][e] = t < b0 ? sacc[n8][e] * f0 : -INFINITY;
-          sacc[n8][2 + e] = t < b1 ? sacc[n8][2 + e] * f1 : -INFINITY;
-          mx0 = fmaxf(mx0, sacc[n8][e]);
-          mx1 = fmaxf(mx1, sacc[n8][2 + e]);
+        for (int n8 = 0; n8 < 8; ++n8) {
+          mx0 = fmaxf(mx0, fmaxf(sacc[n8][0], sacc[n8][1]));
+          mx1 = fmaxf(mx1, fmaxf(sacc[n8][2], sacc[n8][3]));
         }
+      } else {
+#pragma unroll
+        for (int n8 = 0; n8 < 8; ++n8)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int t = t0 + 8 * n8 + 2 * c4 + e;
+            sacc[n8][e] = t < b0 ? sacc[n8][e] : -INFINITY;
+            sacc[n8][2 + e] = t < b1 ? sacc[n8][2 + e] : -INFINITY;
+            mx0 = fmaxf(mx0, sacc[n8][e]);
+            mx1 = fmaxf(mx1, sacc[n8][2 + e]);
+          }
+      }
 #pragma unroll
       for (int off = 1; off <= 2; off <<= 1) {
         mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
       }
+      mx0 *= f0;
+      mx1 *= f1;
       const float mp0 = first ? -INFINITY : sM[pp * kM8Rows + r0], mp1 = first ? -INFINITY : sM[pp * kM8Rows + r1];
       const float lp0 = first ? 0.f : sL[pp * kM8Rows + r0], lp1 = first ? 0.f : sL[pp * kM8Rows + r1];
       const float ep0 = first ? 0.f : sE[pp * kM8Rows + r0], ep1 = first ? 0.f : sE[pp * kM8Rows + r1];
@@ -337,8 +350,8 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
       // The rounded weights' sum normalises o (a convex combination of the V rows); the unrounded weights' sum gives the
       // lse, which then carries no E4M3 rounding (a numpy model of it: up to 1.9e-2 on the lse of a row with a few
       // dominant tokens).
-      auto put = [&](int q, int t, float x0, float x1, float mq, float& ex) -> float {
-        const float pa = exp2f(x0 - mq), pb = exp2f(x1 - mq);
+      auto put = [&](int q, int t, float x0, float x1, float f, float mq, float& ex) -> float {
+        const float pa = exp2f(fmaf(x0, f, -mq)), pb = exp2f(fmaf(x1, f, -mq));
         ex += pa + pb;
         const uint32_t hi = F32x2ToE4m3(pa, pb);
         const uint32_t hh2 = Fp8x2ToT<false>(hi);
@@ -349,8 +362,8 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
 #pragma unroll
       for (int n8 = 0; n8 < 8; ++n8) {
         const int t = 8 * n8 + 2 * c4;
-        sum0 += put(r0, t, sacc[n8][0], sacc[n8][1], mq0, ex0);
-        sum1 += put(r1, t, sacc[n8][2], sacc[n8][3], mq1, ex1);
+        sum0 += put(r0, t, sacc[n8][0], sacc[n8][1], f0, mq0, ex0);
+        sum1 += put(r1, t, sacc[n8][2], sacc[n8][3], f1, mq1, ex1);
       }
 #pragma unroll
       for (int off = 1; off <= 2; off <<= 1) {
