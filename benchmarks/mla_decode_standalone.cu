@@ -900,7 +900,7 @@ int main(int argc, char** argv) {
                   bf / a0, l1, l0, mt, f1, bf / f1, fl, st[0], st[1], f6[0], f6[1], bf / std::min(st[0], st[1]));
 #ifdef HELIX_SS_TRACE
       static long long tr[kTrEvents][kTrTiles];
-      static const char* const names[kTrEvents] = {"P:iss", "P:raw", "P:dec", "start", "rel", "first", "last", "Sdone", "smax", "PViss", "ofetch"};
+      static const char* const names[kTrEvents] = {"P:iss", "P:raw", "P:dec", "start", "rel", "first", "last", "Sdone", "smax", "PViss", "ofetch", "late"};
       for (int on = 1; on >= 0; --on) {
         const int khz = TraceCall(g_ss_trace, tr, [&] { Run<kSeesaw, kFmtNvfp4, 0>(d, on ? q1 : q0); });
         const int k1 = sh.B >= 64 ? 200 : 100;
@@ -1221,12 +1221,20 @@ int main(int argc, char** argv) {
     // start, previous PVs done + released, first / last block landed, S done, softmax published, PV issued,
     // and when the other WG received this tile's softmax.
     for (S sh : {S{64, 1, 128}, S{64, 4, 16}}) {
+      if (only_h && sh.H != only_h) continue;
       Dev d = UploadTiming(sh.B, sh.G, sh.H, 64, 65536, scale);
-      static long long tr[kTrEvents][kTrTiles];
-      const int khz = TraceCall(g_ss_trace, tr, [&] { Run<kSeesaw, kFmtNative, 32>(d); });
-      static const char* const names[kTrEvents] = {"P:own", "P:rope", "P:oth", "start", "rel", "first", "last", "Sdone", "smax", "PViss", "ofetch"};
-      std::printf("trace B=%d G=%d H=%d (clock %d MHz), us from tile 40's P:own:\n", sh.B, sh.G, sh.H, khz / 1000);
-      PrintTimeline(tr, names, khz, kTrPart0, 40, 48, 7);
+      for (int mc = 0; mc < 2; ++mc) {  // TMA evict-first, then multicast (the default where row tiles pair)
+        static long long tr[kTrEvents][kTrTiles];
+        const int khz = TraceCall(g_ss_trace, tr, [&] {
+          if (mc) Run<kSeesaw, kFmtNative, 64>(d); else Run<kSeesaw, kFmtNative, 32>(d);
+        });
+        static const char* const names[kTrEvents] = {"P:own", "P:rope", "P:oth", "start", "rel", "first", "last", "Sdone", "smax", "PViss", "ofetch", "late"};
+        std::printf("trace B=%d G=%d H=%d %s (clock %d MHz), us from tile 40's P:own:\n", sh.B, sh.G, sh.H,
+                    mc ? "tma_multicast" : "tma_evict_first", khz / 1000);
+        PrintTimeline(tr, names, khz, kTrPart0, 40, 52, 7);
+        std::printf("trace B=%d G=%d H=%d %s: tiles 40..200 per tile %.3f us\n", sh.B, sh.G, sh.H,
+                    mc ? "tma_multicast" : "tma_evict_first", (tr[kTrStart][200] - tr[kTrStart][40]) * 1e3 / khz / 160);
+      }
       Free(d);
     }
 #endif

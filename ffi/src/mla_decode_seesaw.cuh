@@ -39,7 +39,7 @@ namespace {
 // Timeline probe of the standalone driver (built with -DHELIX_SS_TRACE; nothing otherwise): clock64 stamps of
 // CTA (0, 0)'s events per CTA-local tile k, read back by the driver.
 enum SsTraceEvent { kTrPart0, kTrPart1, kTrPart2, kTrStart, kTrRel, kTrFirst, kTrLast, kTrSDone, kTrSmax, kTrPvIss,
-                    kTrOFetch, kTrEvents };
+                    kTrOFetch, kTrLate, kTrEvents };
 #ifdef HELIX_SS_TRACE
 constexpr int kTrTiles = 256;
 __device__ long long g_ss_trace[kTrEvents][kTrTiles];
@@ -124,6 +124,13 @@ __device__ __forceinline__ void MbarArriveRemote(uint64_t* b, uint32_t cta) {
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(SmemAddr(b)), "r"(cta));
   asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(r) : "memory");
 }
+// Whether the phase of b with this parity has completed (never blocks).
+__device__ __forceinline__ bool MbarTest(uint64_t* b, int parity) {
+  uint32_t done;
+  asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(done) : "r"(SmemAddr(b)), "r"(parity) : "memory");
+  return done != 0;
+}
 __device__ __forceinline__ void MbarWait(uint64_t* b, int parity) {
   uint32_t done = 0;
   const uint32_t a = SmemAddr(b);
@@ -136,6 +143,13 @@ __device__ __forceinline__ void CpAsyncMbarArrive(uint64_t* b) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(SmemAddr(b)) : "memory");
 }
 __device__ __forceinline__ void NamedBarSync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+// Warp-group-wide vote (bar.red.or over the n threads of named barrier id): true in every thread where any passed v.
+__device__ __forceinline__ bool BarRedOr(int id, int n, bool v) {
+  uint32_t r;
+  asm volatile("{\n.reg .pred p, q;\nsetp.ne.u32 q, %1, 0;\nbar.red.or.pred p, %2, %3, q;\nselp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(r) : "r"((uint32_t)v), "r"(id), "r"(n) : "memory");
+  return r != 0;
+}
 __device__ __forceinline__ void NamedBarArrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 // Non-aligned named barrier: lanes of one warp may reach it at different points (the TMA producer's
 // thread 0 issues copies while its warp's other lanes run ahead; bar.sync requires a converged warp).
@@ -1009,8 +1023,8 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
     // S_j may still run; releasing before issuing the rest was no faster, NOTES session 7 attempt 13);
     // after S_j: softmax_j, rescale by alpha_j, issue PV_j (RS, P_j from registers). S_j's first part
     // overlaps the other WG's softmax_{j-1} (benchmarks/NOTES.md, session 7).
-    // A compile-time flag, not a branch around wgmmas: ptxas serialises wgmmas whose accumulators meet at a
-    // control-flow merge.
+    // kLoad 2 takes tile j-1 first where S_j's data is late (attempt 49, below). A compile-time flag, not a branch
+    // around wgmmas in flight: ptxas serialises wgmmas whose accumulators meet in flight at a control-flow merge.
     auto own_tile = [&](int j, auto oth_tag) {
       constexpr bool oth = decltype(oth_tag)::value;
       const int k = kbase + j, buf = k & 1, par = (k >> 1) & 1;
@@ -1026,18 +1040,8 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
 #pragma unroll
       for (int i = 0; i < 8; ++i) sc4[i][0] = sc4[i][1] = sc4[i][2] = sc4[i][3] = 0.f;
       FenceRegs(sc4);
-#pragma unroll
-      for (int q = 0; q < 9; ++q) {
+      auto s_block = [&](int q) {  // S_j's q-th block in S order, once it has landed
         const int c = kDec ? q : q < 4 ? w * 4 + q : q == 4 ? 8 : (1 - w) * 4 + (q - 5);
-        if (q == 4) {
-          // S_j's own V half (refilled first) is one commit group; the other WG's tile j-1 is taken here,
-          // while it runs: wait for softmax_{j-1}, issue PV_{j-1}, then the rest of S_j.
-          WgCommit();
-          if constexpr (oth) {
-            other_fetch(j - 1);
-            other_pv(j - 1);
-          }
-        }
         MbarWait(&bars->full[buf][c], par);
         if (q == 0) SS_TRACE(kTrFirst, k, wt == 0);
         if (q == 8) SS_TRACE(kTrLast, k, wt == 0);
@@ -1051,13 +1055,49 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
           const uint32_t off = c * kBlockBytes + kk * 32;
           WgmmaS64<kMB>(sc4, Desc(qa + off, 16, 1024), Desc(base + off, 16, 1024));
         }
-      }
-      WgCommit();
-      if constexpr (oth) {
-        WgWait<1>();  // S_j's own half and PV_{j-1} done: tile j-1's P block and non-owner half go back
+      };
+      // Which comes first (attempt 49; TMA evict-first tiles, kLoad 2, only): where S_j's first block has not landed yet
+      // (a warpgroup-wide vote), the other WG's tile j-1 is taken first - wait for softmax_{j-1}, PV_{j-1}, give tile j-1
+      // back once it is done - and S_j is issued after it, so tile j-1's refill (tile j+1) does not wait for tile j's
+      // data. 1.2-1.6 % faster at H=16 G=4; with multicast (kLoad 3, H=128) 6-11 % slower: there the refill waits for
+      // the bandwidth, not the release, and S_j's first part no longer overlaps the other WG's softmax (NOTES, session
+      // 23). Both orders end with no wgmma in flight (ptxas serialises wgmmas whose accumulators meet in flight at a
+      // control-flow merge).
+      bool late = false;
+      if constexpr (oth && kLoad == 2) late = BarRedOr(5 + w, 128, !MbarTest(&bars->full[buf][w * 4], par));
+      if (late) {
+        SS_TRACE(kTrLate, k, wt == 0);
+        other_fetch(j - 1);
+        other_pv(j - 1);
+        WgWait0();
+        FenceRegs(acc);
         release();
+#pragma unroll
+        for (int q = 0; q < 9; ++q) s_block(q);
+        WgCommit();
+        WgWait0();
+      } else {
+        // S_j block by block as copies land: own V half, rope, other half (the order the producer refills them in; the
+        // other half is released last). The own V half (refilled first) is one commit group; the other WG's tile j-1 is
+        // taken while it runs: wait for softmax_{j-1}, issue PV_{j-1}, then the rest of S_j.
+#pragma unroll
+        for (int q = 0; q < 9; ++q) {
+          if (q == 4) {
+            WgCommit();
+            if constexpr (oth) {
+              other_fetch(j - 1);
+              other_pv(j - 1);
+            }
+          }
+          s_block(q);
+        }
+        WgCommit();
+        if constexpr (oth) {
+          WgWait<1>();  // S_j's own half and PV_{j-1} done: tile j-1's P block and non-owner half go back
+          release();
+        }
+        WgWait0();
       }
-      WgWait0();
       FenceRegs(sc4);
       SS_TRACE(kTrSDone, k, wt == 0);
       empty_arrive(buf, 2);  // S_j done: the non-owner's V half is not read by this WG again
