@@ -89,6 +89,18 @@ def test_tma_stream_probe_compiles_for_sm90a(tmp_path):
     assert exe.exists()
 
 
+@pytest.mark.skipif(_nvcc() is None, reason="nvcc is not installed on this machine")
+def test_dsmem_exchange_probe_compiles_for_sm90a(tmp_path):
+    """benchmarks/dsmem_exchange_probe.cu (the distributed-shared-memory exchange the split-dims decode sketch depends
+    on, benchmarks/NOTES.md session 23) builds for sm_90a with its documented command. No GPU needed."""
+    exe = tmp_path / "dsmem_exchange_probe"
+    cmd = [_nvcc(), "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a",
+           str(ROOT / "benchmarks" / "dsmem_exchange_probe.cu"), "-o", str(exe)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert exe.exists()
+
+
 def _sass_check():
     import importlib.util
     spec = importlib.util.spec_from_file_location("sass_arrive_check", ROOT / "scripts" / "sass_arrive_check.py")
