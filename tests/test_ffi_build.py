@@ -78,24 +78,15 @@ def test_mla_decode_cu_compiles_for_sm90a_and_schedule_is_exact(tmp_path):
 
 
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc is not installed on this machine")
-def test_tma_stream_probe_compiles_for_sm90a(tmp_path):
-    """benchmarks/tma_stream_probe.cu (the load-pattern probe behind the KV maps' 128-byte L2 promotion) still builds
-    for sm_90a with its documented command, so the measurement can be repeated. No GPU needed."""
-    exe = tmp_path / "tma_stream_probe"
+@pytest.mark.parametrize("probe", ["tma_stream_probe", "dsmem_exchange_probe"])
+def test_probe_compiles_for_sm90a(tmp_path, probe):
+    """The single-file GPU probes of benchmarks/ still build for sm_90a with their documented command, so the
+    measurements can be repeated: tma_stream_probe.cu (the load patterns behind the KV maps' 128-byte L2 promotion) and
+    dsmem_exchange_probe.cu (the distributed-shared-memory exchange the split-dims decode sketch depends on,
+    benchmarks/NOTES.md session 23). No GPU needed."""
+    exe = tmp_path / probe
     cmd = [_nvcc(), "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a",
-           str(ROOT / "benchmarks" / "tma_stream_probe.cu"), "-o", str(exe)]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-4000:]
-    assert exe.exists()
-
-
-@pytest.mark.skipif(_nvcc() is None, reason="nvcc is not installed on this machine")
-def test_dsmem_exchange_probe_compiles_for_sm90a(tmp_path):
-    """benchmarks/dsmem_exchange_probe.cu (the distributed-shared-memory exchange the split-dims decode sketch depends
-    on, benchmarks/NOTES.md session 23) builds for sm_90a with its documented command. No GPU needed."""
-    exe = tmp_path / "dsmem_exchange_probe"
-    cmd = [_nvcc(), "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a",
-           str(ROOT / "benchmarks" / "dsmem_exchange_probe.cu"), "-o", str(exe)]
+           str(ROOT / "benchmarks" / f"{probe}.cu"), "-o", str(exe)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-4000:]
     assert exe.exists()
