@@ -729,9 +729,9 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
           const int buf = k & 1, u = k >> 1, t0 = (blk0 + j) * kTokTile;
           unsigned char* dst = kbuf + buf * kSsTileBytes;
           if constexpr (kStage) {
-            int yn = 0;  // thread 0: the next tile's pool row
-            if (pt == 0) {
-              const int y = pg_next * p.P + t0 % p.P;
+            int y = 0, yn = 0;  // thread 0: this and the next tile's pool rows
+            if (pt == 0) {  // the slot and the L2 prefetch do not wait for the buffer
+              y = pg_next * p.P + t0 % p.P;
               if (!staged) {  // a segment's first tile
                 MbarArriveExpectTx(&bars->stage, kSsStageBytes);
                 Nv4TmaStage(stage, maps, y, &bars->stage);
@@ -742,15 +742,16 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
                 yn = pg_next * p.P + (t0 + kTokTile) % p.P;
                 if (qp.l2_next) Nv4PrefetchTile(maps, qp, yn);
               }
-              if (u >= 1)
-                for (int r = 0; r < 3; ++r) MbarWait(&bars->empty[buf][r], (u - 1) & 1);
+            }
+            // Every thread writes blocks 0-1 before the tail lands: all wait for the buffer's releases, then thread 0
+            // issues the tail.
+            if (u >= 1)
+              for (int r = 0; r < 3; ++r) MbarWait(&bars->empty[buf][r], (u - 1) & 1);
+            if (pt == 0) {
               SS_TRACE(kTrPart0, k, true);
               MbarArriveExpectTx(&bars->raw[buf], kNv4sTailBytes);
               Nv4TmaTail(dst, maps, qp, y, &bars->raw[buf]);
             }
-            // Every thread writes blocks 0-1 before the tail lands: it waits for the buffer's releases itself.
-            if (u >= 1)
-              for (int r = 0; r < 3; ++r) MbarWait(&bars->empty[buf][r], (u - 1) & 1);
             MbarWait(&bars->stage, sg & 1);
             ++sg;
             Nv4DecodeTileS<kMB>(dst, stage, bars->full[buf], pt & 63, pt >> 6, t0 + (pt & 63) < len, [&] {
