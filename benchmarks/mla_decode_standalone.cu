@@ -1225,15 +1225,15 @@ int main(int argc, char** argv) {
       Dev d = UploadTiming(sh.B, sh.G, sh.H, 64, 65536, scale);
       for (int mc = 0; mc < 2; ++mc) {  // TMA evict-first, then multicast (the default where row tiles pair)
         static long long tr[kTrEvents][kTrTiles];
+        const char* const path = mc ? "tma_multicast" : "tma_evict_first";
         const int khz = TraceCall(g_ss_trace, tr, [&] {
           if (mc) Run<kSeesaw, kFmtNative, 64>(d); else Run<kSeesaw, kFmtNative, 32>(d);
         });
         static const char* const names[kTrEvents] = {"P:own", "P:rope", "P:oth", "start", "rel", "first", "last", "Sdone", "smax", "PViss", "ofetch", "late"};
-        std::printf("trace B=%d G=%d H=%d %s (clock %d MHz), us from tile 40's P:own:\n", sh.B, sh.G, sh.H,
-                    mc ? "tma_multicast" : "tma_evict_first", khz / 1000);
+        std::printf("trace B=%d G=%d H=%d %s (clock %d MHz), us from tile 40's P:own:\n", sh.B, sh.G, sh.H, path, khz / 1000);
         PrintTimeline(tr, names, khz, kTrPart0, 40, 52, 7);
-        std::printf("trace B=%d G=%d H=%d %s: tiles 40..200 per tile %.3f us\n", sh.B, sh.G, sh.H,
-                    mc ? "tma_multicast" : "tma_evict_first", (tr[kTrStart][200] - tr[kTrStart][40]) * 1e3 / khz / 160);
+        std::printf("trace B=%d G=%d H=%d %s: tiles 40..200 per tile %.3f us\n", sh.B, sh.G, sh.H, path,
+                    (tr[kTrStart][200] - tr[kTrStart][40]) * 1e3 / khz / 160);
       }
       Free(d);
     }

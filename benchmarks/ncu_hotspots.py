@@ -49,10 +49,11 @@ def summarize(rows: list[dict], *, top: int = 20, split: tuple[int, ...] = ()) -
         return "no samples\n"
     stalls = [c for c in rows[0] if c.startswith("stall_") and "Not Issued" not in c]
     out = [f"instructions {len(rows)}, samples {total}"]
-    bounds = [0, *sorted(split), len(rows)]
-    for a, b in zip(bounds, bounds[1:]):
-        if split:
-            out.append(f"  region [{a}, {b}): {sum(samples[a:b])} ({100 * sum(samples[a:b]) / total:.1f} %)")
+    if split:
+        bounds = [0, *sorted(split), len(rows)]
+        for a, b in zip(bounds, bounds[1:]):
+            n = sum(samples[a:b])
+            out.append(f"  region [{a}, {b}): {n} ({100 * n / total:.1f} %)")
     by_op = collections.Counter()
     for r, s in zip(rows, samples):
         by_op[opcode(r["Source"])] += s
@@ -60,7 +61,7 @@ def summarize(rows: list[dict], *, top: int = 20, split: tuple[int, ...] = ()) -
     out.append(f"top {top} instructions (index, samples, % of all, SASS, top stall reasons):")
     for i in sorted(sorted(range(len(rows)), key=lambda i: -samples[i])[:top]):
         why = sorted(((int(rows[i][c] or 0), c[6:]) for c in stalls), reverse=True)[:3]
-        why_s = ", ".join(f"{n} {k}" for k, n in ((k, n) for n, k in why) if n)
+        why_s = ", ".join(f"{n} {k}" for n, k in why if n)
         out.append(f"  {i:6d} {samples[i]:8d} {100 * samples[i] / total:5.1f} %  {rows[i]['Source'].strip()[:64]:64s} {why_s}")
     return "\n".join(out) + "\n"
 
