@@ -805,6 +805,38 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (argc > 1 && std::strcmp(argv[1], "s8one") == 0) {
+    // mla_mid_q8s with one E4M3 term of Q (kVar 65536, HELIX_MLA_DECODE_FP8_Q=one, fast S) against two terms: the main
+    // kernel whole, math alone and the producer alone, two alternating rounds; then its timeline (with -DHELIX_SS_TRACE).
+    struct Sh { int B, G, H; };
+    for (const Sh& sh : {Sh{64, 4, 16}, Sh{64, 1, 128}}) {
+      Dev d = UploadTiming(sh.B, sh.G, sh.H, 64, 65536, scale);
+      QParams qp = QuantTiming(d, kFmtFp8);
+      for (int round = 0; round < 2; ++round) {
+        const float two = TimeMs<kMidQ8, kFmtFp8, 16384>(d, 10, qp, 1), one = TimeMs<kMidQ8, kFmtFp8, 16384 | 65536>(d, 10, qp, 1),
+                    math = TimeMs<kMidQ8, kFmtFp8, 16384 | 65536 | 1>(d, 10, qp, 1),
+                    math2 = TimeMs<kMidQ8, kFmtFp8, 16384 | 1>(d, 10, qp, 1),
+                    prod = TimeMs<kMidQ8, kFmtFp8, 16384 | 65536 | 2>(d, 10, qp, 1);
+        std::printf("s8one B=%d G=%d H=%d round %d (main kernel): two terms %.4f ms | one %.4f | one math alone %.4f | two math "
+                    "alone %.4f | producer alone %.4f\n", sh.B, sh.G, sh.H, round, two, one, math, math2, prod);
+      }
+#ifdef HELIX_SS_TRACE
+      for (int rep = 0; rep < 2; ++rep) {
+        static long long tr[kS8TrEvents][kTrTiles];
+        const int khz = TraceCall(g_s8_trace, tr, [&] { Run<kMidQ8, kFmtFp8, 16384 | 65536>(d, qp); });
+        static const char* const names[kS8TrEvents] = {"step", "landed", "S iss", "othP", "S done", "smax", "PV1 iss", "PV1 done", "PV2 iss"};
+        std::printf("s8one trace B=%d G=%d H=%d rep %d (clock attr %d MHz), us from tile 40's step start:\n", sh.B, sh.G, sh.H, rep,
+                    khz / 1000);
+        PrintTimeline(tr, names, khz, kS8TrStep, 40, 52, 8);
+        std::printf("s8one trace B=%d G=%d H=%d rep %d: tiles 40..199 step-to-step per tile %.3f us\n", sh.B, sh.G, sh.H, rep,
+                    (tr[kS8TrStep][198] - tr[kS8TrStep][40]) * 1e3 / khz / 158.0);
+      }
+#endif
+      FreeQuant(qp);
+      Free(d);
+    }
+    return 0;
+  }
 #ifdef HELIX_SS_TRACE
   if (argc > 1 && std::strcmp(argv[1], "s8trace") == 0) {
     // Timeline of mla_mid_q8s (fast S) in CTA (0, 0) of a whole call, tiles 40..51, in us from tile 40's step start:

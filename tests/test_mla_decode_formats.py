@@ -17,7 +17,7 @@ import pytest
 from helix_jax import HelixMLACache, ledger, make_cp_mesh, quant
 from helix_jax.cache import FP8Pages, NVFP4Pages
 from helix_jax.ops.mla_decode import api, mla_decode
-from test_kv_formats import R2_BOUNDS, R2_POS, dense_decode, gather_rows
+from test_kv_formats import BUDGET, R2_BOUNDS, R2_POS, dense_decode, gather_rows
 
 SCALE = 1.0 / np.sqrt(192.0)
 FORMATS = ("fp8_e4m3", "nvfp4")
@@ -448,14 +448,90 @@ def test_gpu_fp8_decode_variant():
 @pytest.mark.gpu
 @pytest.mark.parametrize("fmt,var,value,message", [
     ("fp8_e4m3", "HELIX_MLA_DECODE_FP8_S", "bf16", "HELIX_MLA_DECODE_FP8_S must be auto, fast or f32"),
+    ("fp8_e4m3", "HELIX_MLA_DECODE_FP8_Q", "three", "HELIX_MLA_DECODE_FP8_Q must be two or one"),
     ("fp8_e4m3", "HELIX_MLA_DECODE_MID8", "fast", "HELIX_MLA_DECODE_MID8 must be auto, seesaw, lockstep or decode"),
     ("nvfp4", "HELIX_MLA_DECODE_NV4_MATH", "fp8", "HELIX_MLA_DECODE_NV4_MATH must be auto, f16 or bf16"),
     ("nvfp4", "HELIX_MLA_DECODE_NV4_L2", "yes", "HELIX_MLA_DECODE_NV4_L2 must be on or off"),
     ("nvfp4", "HELIX_MLA_DECODE_NV4_STAGE", "yes", "HELIX_MLA_DECODE_NV4_STAGE must be auto, on or off"),
-], ids=["fp8_s", "mid8", "nv4_math", "nv4_l2", "nv4_stage"])
+], ids=["fp8_s", "fp8_q", "mid8", "nv4_math", "nv4_l2", "nv4_stage"])
 def test_gpu_bad_kernel_env_names_the_variable(fmt, var, value, message):
     """A bad value of a quantized-page kernel variable is an error naming the variable and its values, not a silent
     default (run on a format whose calls read it)."""
     rc, out, err = _formats_subprocess({var: value}, f"test_gpu_formats and {fmt} and ffi", stop_first=True)
     assert rc != 0, (out + err)[-4000:]
     assert message in out + err, (out + err)[-4000:]
+
+
+def q_one_term(q):
+    """Queries [..., 576] as mla_mid_q8s's one-term E4M3 form (HELIX_MLA_DECODE_FP8_Q=one): per row, s = 448 / amax in
+    float32, codes = RNE E4M3 of q * s, value codes / s (float64)."""
+    import ml_dtypes
+    q = np.asarray(q, np.float32)
+    amax = np.abs(q).max(-1, keepdims=True)
+    s = np.where(amax > 0, np.float32(448.0) / np.where(amax > 0, amax, 1), np.float32(1.0)).astype(np.float32)
+    codes = (q * s).astype(np.float32).astype(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    return codes / s.astype(np.float64)
+
+
+# fp8 pages at G*H > 16 (mla_mid_q8s): one and four row tiles, TMA and cp.async tiles
+Q_TERMS_CASES = [(4, 4, 16, 64, [4097, 63, 1, 700]), (3, 1, 128, 64, [65536, 70, 1]), (2, 5, 16, 16, [3000, 70]),
+                 (2, 4, 64, 128, [2500, 129])]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("B,G,H,P,lens", Q_TERMS_CASES)
+def test_gpu_fp8_q_terms(B, G, H, P, lens, rng):
+    """fp8 pages at G*H > 16 under this process's HELIX_MLA_DECODE_FP8_Q: ``two`` (default) against the oracle of the
+    queries as given; ``one`` against the oracle of the queries rounded as the kernel rounds them (``q_one_term``), and
+    farther from the unrounded oracle than from that one (the mode took effect)."""
+    import os
+    one = os.environ.get("HELIX_MLA_DECODE_FP8_Q", "two") == "one"
+    case = gpu_formats_case("fp8_e4m3", rng, B, G, H, P, lens)
+    o, lse = run(case, "ffi")
+    exact = oracle(case)
+    if not one:
+        check(case, o, lse, tol_o=1e-2, tol_lse=3e-2, ref=exact)
+        return
+    q = np.concatenate([np.asarray(case["q_lat"].astype(jnp.float32)), np.asarray(case["q_rope"].astype(jnp.float32))], -1)
+    q1 = q_one_term(q)
+    rounded = oracle(dict(case, q_lat=jnp.asarray(q1[..., :512], jnp.float32), q_rope=jnp.asarray(q1[..., 512:], jnp.float32)))
+    check(case, o, lse, tol_o=1e-2, tol_lse=3e-2, ref=rounded)
+    e_round, e_exact = errors(case, o, lse, rounded), errors(case, o, lse, exact)
+    print(f"\none-term Q, B={B} G={G} H={H} P={P}: vs rounded-Q oracle o {e_round[0]:.2e} lse {e_round[1]:.2e}; "
+          f"vs unrounded o {e_exact[0]:.2e} lse {e_exact[1]:.2e}")
+    assert e_round[0] < e_exact[0]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("G,H", [(4, 16), (1, 128)])
+def test_gpu_fp8_error_budget_vs_unquantized(G, H, rng):
+    """The CUDA kernel on fp8 pages at G*H > 16 against the float64 decode of the *unquantized* KV (test_kv_formats'
+    budget and data: N(0, 1), data-derived scale), under this process's HELIX_MLA_DECODE_FP8_Q; bf16 queries, whose
+    rounding both sides share."""
+    if jax.default_backend() != "gpu":
+        pytest.fail("the gpu-marked tests need a GPU backend")
+    b, p, npp = 2, 64, 8
+    kv = rng.standard_normal((b * npp, p, 576)).astype(np.float32)
+    pages = quantize_pool("fp8_e4m3", kv, float(quant.fp8_scale_from_amax(np.abs(kv).max())))
+    table = jnp.asarray(np.arange(b * npp, dtype=np.int32).reshape(b, npp))
+    bounds = np.minimum(np.array([[509, 510, 511, 512], [100, 101, 102, 103]], np.int32)[:, :G], b * npp * p)
+    q = jnp.asarray(rng.standard_normal((b, G, H, 576)), jnp.bfloat16)
+    f = jax.jit(functools.partial(mla_decode, softmax_scale=SCALE, implementation="ffi"))
+    o, _ = f(q[..., :512], q[..., 512:], pages, table, kv_bounds=jnp.asarray(bounds))
+    ref, _ = dense_decode(np.asarray(q.astype(jnp.float32)), kv.reshape(b, npp * p, 576), bounds)
+    rel = np.linalg.norm(np.asarray(o.astype(jnp.float32), np.float64) - ref, axis=-1) / np.linalg.norm(ref, axis=-1)
+    import os
+    print(f"\nfp8 FFI G={G} H={H} FP8_Q={os.environ.get('HELIX_MLA_DECODE_FP8_Q', 'two')}: rel error vs unquantized "
+          f"mean {rel.mean():.4f} max {rel.max():.4f}")
+    mean_budget, max_budget = BUDGET["fp8_e4m3"]
+    assert rel.mean() <= mean_budget and rel.max() <= max_budget
+
+
+@pytest.mark.gpu
+def test_gpu_fp8_one_term_q():
+    """HELIX_MLA_DECODE_FP8_Q=one (mla_mid_q8s's S on the hi E4M3 term of Q alone) agrees with the oracle of the rounded
+    queries on every case of test_gpu_fp8_q_terms, with the default S accumulation and with f32 chains."""
+    for s in ("auto", "f32", "fast"):
+        rc, out, err = _formats_subprocess({"HELIX_MLA_DECODE_FP8_Q": "one", "HELIX_MLA_DECODE_FP8_S": s},
+                                           "test_gpu_fp8_q_terms or test_gpu_fp8_error_budget")
+        assert rc == 0 and f"{len(Q_TERMS_CASES) + 2} passed" in out, f"FP8_S={s}\n" + out[-4000:] + err[-4000:]

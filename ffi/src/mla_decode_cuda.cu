@@ -1209,6 +1209,15 @@ bool Fp8SF32(int gh) {
   return mode == 1 || (mode == 2 && gh > kM8Rows);
 }
 
+// Q's E4M3 terms in mla_mid_q8s's S from HELIX_MLA_DECODE_FP8_Q, read once: two (default): hi + lo with one row scale,
+// rounding-level agreement with the bf16 product of the stored codes; one: the hi term alone (Q rounded once to E4M3 per
+// row, scale amax / 448), half of S's tensor work, with Q's own rounding (~2^-5 relative per element) added to the logits.
+// Returns the LaunchMain kVar bit (65536 for one), -1 for anything else.
+int Fp8QFromEnv() {
+  static const int mode = EnvChoice("HELIX_MLA_DECODE_FP8_Q", {{"two", 0}, {"one", 65536}});
+  return mode;
+}
+
 // fp8 pages at G*H > 16 from HELIX_MLA_DECODE_MID8, read once (one CTA per 64 query rows; HELIX_MLA_DECODE_FP8_S picks
 // the S accumulation of either):
 //   auto (default), seesaw: mla_mid_q8s (consumers alternate tiles; P rounded to E4M3 for PV on fp8 tensor cores);
@@ -1584,6 +1593,8 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_NV4_STAGE must be auto, on or off");
   if (kFmt == kFmtFp8 && Fp8SFromEnv() < 0)
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_FP8_S must be auto, fast or f32");
+  if (kFmt == kFmtFp8 && Fp8QFromEnv() < 0)
+    return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_FP8_Q must be two or one");
   if (kFmt == kFmtFp8 && Mid8FromEnv() < 0)
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_MID8 must be auto, seesaw, lockstep or decode");
   if (mode < 0)
@@ -1619,7 +1630,10 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
       const bool seesaw = mid8 != 0, f32 = Fp8SF32(p.GH);  // (decode where P % 64 != 0: mla_mid_q8s)
       if (mid8 == 1 && p.P % kTokTile == 0)
         HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmt>(p, s, num_parts, mtiles, stream, qp)));
-      else if (seesaw && f32) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 16384 | 512>(p, s, num_parts, mtiles, stream, qp)));
+      else if (seesaw && Fp8QFromEnv() != 0) {  // one E4M3 term of Q
+        if (f32) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 16384 | 512 | 65536>(p, s, num_parts, mtiles, stream, qp)));
+        else HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 16384 | 65536>(p, s, num_parts, mtiles, stream, qp)));
+      } else if (seesaw && f32) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 16384 | 512>(p, s, num_parts, mtiles, stream, qp)));
       else if (seesaw) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 16384>(p, s, num_parts, mtiles, stream, qp)));
       else if (f32) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 512>(p, s, num_parts, mtiles, stream, qp)));
       else HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt>(p, s, num_parts, mtiles, stream, qp)));

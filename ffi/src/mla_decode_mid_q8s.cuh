@@ -117,17 +117,18 @@ __device__ __forceinline__ void Wgmma_m64n32k32_e4m3_first(float (&d)[4][4], uin
 
 // Variant 512's S chain: tokens 32 h .. 32 h + 31 of a raw tile at `base` against both Q terms, lo first, over latent
 // blocks c0 .. c1 - 1 (c1 == 4: with the rope block), into a fresh accumulator.
+template <int kTerms = 2>
 __device__ __forceinline__ void S8HalfChain(float (&t)[4][4], uint32_t base, uint32_t q8a, int c0, int c1, int h) {
   const uint32_t tb = base + h * (32 * 128), rb = base + 4 * (kTokTile * 128) + h * (32 * 64);
 #pragma unroll
-  for (int term = 1; term >= 0; --term) {
+  for (int term = kTerms - 1; term >= 0; --term) {
 #pragma unroll
     for (int c = c0; c < c1; ++c)
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
         const uint64_t da = Desc(q8a + c * (kM8QRows * 128) + term * (kM8Rows * 128) + kk * 32, 16, 1024),
                        db = Desc(tb + c * (kTokTile * 128) + kk * 32, 16, 1024);
-        if (term == 1 && c == c0 && kk == 0) Wgmma_m64n32k32_e4m3_first(t, da, db);
+        if (term == kTerms - 1 && c == c0 && kk == 0) Wgmma_m64n32k32_e4m3_first(t, da, db);
         else Wgmma_m64n32k32_e4m3(t, da, db);
       }
     if (c1 == 4)
@@ -424,7 +425,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
                 FenceProxyAsync();  // cp.async-filled tiles (generic writes) -> wgmma reads
               }
               WgFence();
-              S8HalfChain(t, base, q8a, kPer * c, kPer * (c + 1), h);
+              S8HalfChain<(kVar & 65536) != 0 ? 1 : 2>(t, base, q8a, kPer * c, kPer * (c + 1), h);
               WgCommit();
               WgWait0();  // (the first also retires this consumer's PV of tile j - 2)
               FenceRegs(t);
@@ -447,16 +448,20 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
             for (int e = 0; e < 4; ++e) sacc[i][e] = scratch[(4 * i + e) * 128];
           NamedBarSync(1 + w, 128);  // every warp of the consumer read its sums before any writes P^T over them
         } else {
+          // kVar bit 16 (HELIX_MLA_DECODE_FP8_Q=one): the hi term alone, i.e. Q rounded once to E4M3 per row.
+          constexpr bool kOneTerm = (kVar & 65536) != 0;
 #pragma unroll
           for (int c = 0; c < 5; ++c) {
             MbarWait(&bars->full[buf][c], ph);
             if (c == 4) S8_TRACE(kS8TrLast, kg);
             FenceProxyAsync();  // cp.async-filled tiles (generic writes) -> wgmma reads
             WgFence();
-            S8Block(sacc, base, q8a, c, 1, c == 0);  // (the first step overwrites sacc)
+            S8Block(sacc, base, q8a, c, kOneTerm ? 0 : 1, c == 0);  // (the first step overwrites sacc)
           }
+          if constexpr (!kOneTerm) {
 #pragma unroll
-          for (int c = 0; c < 5; ++c) S8Block(sacc, base, q8a, c, 0);
+            for (int c = 0; c < 5; ++c) S8Block(sacc, base, q8a, c, 0);
+          }
           WgCommit();
           S8_TRACE(kS8TrSIss, kg);
         }
