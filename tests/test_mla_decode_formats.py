@@ -530,8 +530,9 @@ def test_gpu_fp8_error_budget_vs_unquantized(G, H, rng):
 @pytest.mark.gpu
 def test_gpu_fp8_one_term_q():
     """HELIX_MLA_DECODE_FP8_Q=one (mla_mid_q8s's S on the hi E4M3 term of Q alone) agrees with the oracle of the rounded
-    queries on every case of test_gpu_fp8_q_terms, with the default S accumulation and with f32 chains."""
-    for s in ("auto", "f32", "fast"):
+    queries on every case of test_gpu_fp8_q_terms and keeps the error budget, with the default S accumulation (the fast
+    chain under one) and with f32 chains."""
+    for s in ("auto", "f32"):
         rc, out, err = _formats_subprocess({"HELIX_MLA_DECODE_FP8_Q": "one", "HELIX_MLA_DECODE_FP8_S": s},
                                            "test_gpu_fp8_q_terms or test_gpu_fp8_error_budget")
         assert rc == 0 and f"{len(Q_TERMS_CASES) + 2} passed" in out, f"FP8_S={s}\n" + out[-4000:] + err[-4000:]

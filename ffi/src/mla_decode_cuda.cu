@@ -1188,11 +1188,25 @@ int DequantModeFromEnv() {
   return mode;
 }
 
+// Q's E4M3 terms in mla_mid_q8s's S from HELIX_MLA_DECODE_FP8_Q, read once: two (default): hi + lo with one row scale,
+// rounding-level agreement with the bf16 product of the stored codes; one: the hi term alone (Q rounded once to E4M3 per
+// row, scale amax / 448), half of S's tensor work, with Q's own rounding (~2^-5 relative per element) added to the logits
+// (H200, session 25: 1.23x / 1.41x the bf16 kernel at H=128 G=1 / H=16 G=4, B=64, L=64K, against 0.74x / 1.19x with two
+// terms; o off the float64 decode of the unquantized KV by 0.06 mean / 0.14 max against 0.05 / 0.12, test budget 0.07 /
+// 0.15). Under one, FP8_S=auto keeps the fast chain at every G*H: the f32 chains shrink an error Q's rounding dominates.
+// Only mla_mid_q8s has the one-term form (fp8 pages at G*H > 16, HELIX_MLA_DECODE_MID8 auto / seesaw); the other fp8
+// kernels keep two terms.
+// Returns the LaunchMain kVar bit (65536 for one), -1 for anything else.
+int Fp8QFromEnv() {
+  static const int mode = EnvChoice("HELIX_MLA_DECODE_FP8_Q", {{"two", 0}, {"one", 65536}});
+  return mode;
+}
+
 // S accumulation of the fp8 raw-tile kernels (mla_small_q8, mla_mid_q8s, mla_mid_q8) from HELIX_MLA_DECODE_FP8_S, read once:
 //   fast: one fp8 tensor-core accumulator chain over the 576 features of a logit;
 //   f32: shorter chains (mla_small_q8 / mla_mid_q8: per 128-feature block; mla_mid_q8s: per 32-token half and latent
 //     block, the rope with the last) added in f32 on the CUDA cores;
-//   auto (default): fast where G*H <= 64, f32 where G*H > 64.
+//   auto (default): fast where G*H <= 64, f32 where G*H > 64 (mla_mid_q8s under HELIX_MLA_DECODE_FP8_Q=one: fast).
 // The fp8 tensor cores keep fewer accumulator bits than f32 (~14): on the standalone driver's full-range E4M3 codes
 // fast is off the double reference by lse up to 2.1e-2 (mla_small_q8, 16 x 8192 tokens) / 2.8e-2 (mla_mid_q8s; 3.7e-2 on
 // an 80-row case), f32 by 4.9e-3 / 1.8e-2 (mla_mid_q8s keeps its one-scale Q terms' rounding). mla_small_q8's f32 costs ~10 % of its speed,
@@ -1207,15 +1221,6 @@ int Fp8SFromEnv() {
 bool Fp8SF32(int gh) {
   const int mode = Fp8SFromEnv();
   return mode == 1 || (mode == 2 && gh > kM8Rows);
-}
-
-// Q's E4M3 terms in mla_mid_q8s's S from HELIX_MLA_DECODE_FP8_Q, read once: two (default): hi + lo with one row scale,
-// rounding-level agreement with the bf16 product of the stored codes; one: the hi term alone (Q rounded once to E4M3 per
-// row, scale amax / 448), half of S's tensor work, with Q's own rounding (~2^-5 relative per element) added to the logits.
-// Returns the LaunchMain kVar bit (65536 for one), -1 for anything else.
-int Fp8QFromEnv() {
-  static const int mode = EnvChoice("HELIX_MLA_DECODE_FP8_Q", {{"two", 0}, {"one", 65536}});
-  return mode;
 }
 
 // fp8 pages at G*H > 16 from HELIX_MLA_DECODE_MID8, read once (one CTA per 64 query rows; HELIX_MLA_DECODE_FP8_S picks
@@ -1627,10 +1632,11 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
     if constexpr (kFmt == kFmtFp8) {
       // HELIX_MLA_DECODE_MID8 picks the kernel, HELIX_MLA_DECODE_FP8_S its S accumulation (512: chains added in f32).
       const int mid8 = Mid8FromEnv();
-      const bool seesaw = mid8 != 0, f32 = Fp8SF32(p.GH);  // (decode where P % 64 != 0: mla_mid_q8s)
+      const bool seesaw = mid8 != 0;  // (decode where P % 64 != 0: mla_mid_q8s)
+      const bool one = seesaw && Fp8QFromEnv() != 0, f32 = one ? Fp8SFromEnv() == 1 : Fp8SF32(p.GH);
       if (mid8 == 1 && p.P % kTokTile == 0)
         HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmt>(p, s, num_parts, mtiles, stream, qp)));
-      else if (seesaw && Fp8QFromEnv() != 0) {  // one E4M3 term of Q
+      else if (one) {  // one E4M3 term of Q
         if (f32) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 16384 | 512 | 65536>(p, s, num_parts, mtiles, stream, qp)));
         else HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 16384 | 65536>(p, s, num_parts, mtiles, stream, qp)));
       } else if (seesaw && f32) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 16384 | 512>(p, s, num_parts, mtiles, stream, qp)));

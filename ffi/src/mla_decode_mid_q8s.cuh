@@ -28,7 +28,8 @@
 // Per tile and SM: S 36 x 32 + PV 2 x 8 x 32 = 1664 tensor cycles, against ~2000 cycles of fp8 bytes at 4.2 TB/s.
 // kVar: bit 0 / 1: the probes of mla_mid_q8 (math alone / producer alone); bit 5: L2 evict-first TMA loads; bit 9: S chains
 // added in f32 (HELIX_MLA_DECODE_FP8_S=f32, and auto where G*H > 64); bit 10 (with 9, standalone probe): two chains per
-// 32-token half instead of four; bit 15: the alternative A-register order (reg 1 = row g, k + 16; reg 2 = row g + 8, k),
+// 32-token half instead of four; bit 16: one E4M3 term of Q (the hi term alone: HELIX_MLA_DECODE_FP8_Q=one, half of S's
+// tensor work, Q's own rounding in the logits; session 25); bit 15: the alternative A-register order (reg 1 = row g, k + 16; reg 2 = row g + 8, k),
 // a check of the fragment layout (the standalone driver runs it and expects it to FAIL).
 #pragma once
 
