@@ -87,11 +87,12 @@ __device__ __forceinline__ void M8QFromGlobal(unsigned char* sQ8, float* sQs, co
 }
 
 // Segment end of mla_mid_q8 / mla_mid_q8s: this consumer's latent dims 256 w .. of O^T (4 m-blocks x N = 64, M rows
-// permuted: a thread's 8 dims per row) divided by each row's sum rowL[q] (q = the CTA's row 0..63) and scaled by out_mul,
-// stored as row M8Row0() + q of segment si's partials; rows past G*H are skipped.
+// permuted: a thread's 8 dims per row) divided by each row's sum rowL[q] (+ rowL2[q] where given: mla_mid_q8s's two
+// consumers' sums; q = the CTA's row 0..63) and scaled by out_mul, stored as row M8Row0() + q of segment si's partials;
+// rows past G*H are skipped.
 template <bool kBf16>
 __device__ __forceinline__ void M8StoreOT(const Params& p, long long si, const float (&oacc)[4][8][4], const float* rowL,
-                                          float out_mul, int w, int wi, int g, int c4) {
+                                          float out_mul, int w, int wi, int g, int c4, const float* rowL2 = nullptr) {
 #pragma unroll
   for (int n8 = 0; n8 < 8; ++n8)
 #pragma unroll
@@ -99,7 +100,7 @@ __device__ __forceinline__ void M8StoreOT(const Params& p, long long si, const f
       const int q = n8 * 8 + c4 * 2 + e;
       const int gq = M8Row0() + q;
       if (gq >= p.GH) continue;
-      const float L = rowL[q], inv = L > 0.f ? out_mul / L : 0.f;
+      const float L = rowL2 != nullptr ? rowL[q] + rowL2[q] : rowL[q], inv = L > 0.f ? out_mul / L : 0.f;
       uint16_t* o = p.o_part + (si * p.GH + gq) * kDl + 256 * w + 64 * wi + 8 * g;
       StPart4<kBf16>(o, oacc[0][n8][e] * inv, oacc[0][n8][2 + e] * inv, oacc[1][n8][e] * inv, oacc[1][n8][2 + e] * inv);
       StPart4<kBf16>(o + 4, oacc[2][n8][e] * inv, oacc[2][n8][2 + e] * inv, oacc[3][n8][e] * inv, oacc[3][n8][2 + e] * inv);

@@ -11,9 +11,10 @@
 //       tile, K-major: Q8SBlock's descriptors with A and B swapped): Q as two E4M3 terms with ONE row scale
 //       (Q8RowTerms<kOneScale>), so both terms accumulate into one chain, the lo term first (see step): 36 x m64n64k32,
 //       32 accumulator registers;
-//   the owner's row softmax (quad shuffles only) continues the running max / sum that the previous tile's owner left in
-//       shared memory (sM / sL: a chain across the consumers, as FlashMLA's sequential softmax), writes P^T and the
-//       tile's rescale factor, and arrives on pfull;
+//   the owner's row softmax (quad shuffles only) continues the running max that the previous tile's owner left in
+//       shared memory (sM: a chain across the consumers, as FlashMLA's sequential softmax), writes P^T and the tile's
+//       rescale factor, and arrives on pfull; each thread keeps its own tokens' partial row sums over its consumer's
+//       tiles in registers, added up once at the segment end (session 25; variant 512 keeps sL / sE per tile);
 //   both consumers: O^T[256 latent dims, 64 rows] *= the factors (skipped when every factor is 1: no row's max moved;
 //       math alone -7 % at B=64), += V^T P^T on E4M3 tensor cores: A = V^T from registers
 //       (the whole tile: 2 k32 steps x 4 m-blocks = 32 registers, byte-transposed from 8-byte token reads, one commit
@@ -21,7 +22,7 @@
 //       its rows of 4 m-blocks).
 // P: p = exp2(s - m + 8) rounded to E4M3 (RNE; E4M3's 2^-4 per weight; its normal range covers p >= 2^-14). The row
 // sums that normalise o use the rounded weights, so o stays a convex combination of the V rows; the lse takes a second
-// sum of the unrounded weights (sE), so it carries no rounding of P. This is the precision trade of the
+// sum of the unrounded weights (ew, sE at the segment end), so it carries no rounding of P. This is the precision trade of the
 // kernel: mla_mid_q8 keeps P in f16 (standalone driver, full-range codes: o 3.1-4.9e-3 vs 5.1-7.0e-3 off the double
 // reference). A two-term P (hi + lo in E4M3, two PV wgmmas per step on the same A registers) made ptxas serialise every
 // wgmma for lack of registers (C7512) and ran slower than mla_mid_q8 (benchmarks/NOTES.md, session 14).
@@ -57,8 +58,8 @@ constexpr int kS8PBufs = 4;
 struct S8Bars {
   uint64_t full[kS8Bufs][5];  // as Q8BarsT (Q8ProduceSegment)
   uint64_t empty[kS8Bufs];    // 256: every consumer thread after its V^T loads of the tile (the owner's S retired before)
-  uint64_t pfull[kS8PBufs];   // by tile % 4, 128: the owner's threads wrote P^T, sM / sL / sA / sE
-  uint64_t pempty[kS8PBufs];  // by tile % 4, 256: both consumers' PV of the tile retired (and the segment end read sL)
+  uint64_t pfull[kS8PBufs];   // by tile % 4, 128: the owner's threads wrote P^T, sM / sA (variant 512: sL / sE too)
+  uint64_t pempty[kS8PBufs];  // by tile % 4, 256: both consumers' PV of the tile retired (and the segment end read sM)
 };
 // Ring, E4M3 Q [hi 64 rows; lo 64 rows], P^T x 4, sM / sL / sA / sE [4][64], Q row factors [64], row bounds [64], barriers.
 constexpr int kS8SmemBytes = kS8Bufs * kQ8TileBytes + kM8QBytes + kS8PBufs * kS8PBytes + 4 * kS8PBufs * kM8Rows * 4 + 2 * kM8Rows * 4 +
@@ -172,9 +173,9 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
   unsigned char* sQ8 = ring + kS8Bufs * kQ8TileBytes;       // [128 rows x 576 B] Q8Off layout: hi rows 0..63, lo 64..127
   unsigned char* sP = sQ8 + kM8QBytes;                      // [tile % 4][64 rows x 128 B]
   float* sM = reinterpret_cast<float*>(sP + kS8PBufs * kS8PBytes);  // [4][64] running max after the tile (log2 units)
-  float* sL = sM + kS8PBufs * kM8Rows;                      // [4][64] running sum after the tile (x 256)
+  float* sL = sM + kS8PBufs * kM8Rows;                      // [2 consumers][64] row sums at a segment end (x 256; variant 512: [4][64] per tile)
   float* sA = sL + kS8PBufs * kM8Rows;                      // [4][64] the tile's factor for the earlier tiles
-  float* sE = sA + kS8PBufs * kM8Rows;                      // [4][64] running sum of the unrounded weights (x 256): the lse
+  float* sE = sA + kS8PBufs * kM8Rows;                      // the same of the unrounded weights: the lse
   float* sQs = sE + kS8PBufs * kM8Rows;                     // [64] 1 / s_r
   int* sBq = reinterpret_cast<int*>(sQs + kM8Rows);         // [64] the segment's row bounds (0: padding)
   S8Bars* bars = reinterpret_cast<S8Bars*>(sBq + kM8Rows);
@@ -237,6 +238,15 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int n8 = 0; n8 < 8; ++n8) oacc[i][n8][0] = oacc[i][n8][1] = oacc[i][n8][2] = oacc[i][n8][3] = 0.f;
+    // The softmax's per-segment constants of this thread's rows, and its partial sums over this consumer's tiles and its
+    // own 16 tokens of each (rounded weights lw, unrounded ew, x 256), relative to mw, the running max (log2 units) at
+    // this consumer's last tile (-inf before its first finite one): the row sums are assembled once, at the segment end,
+    // instead of a quad reduction and an sL / sE round trip per tile (session 25: 3-4.5 % faster for the fast S chains;
+    // with variant 512's f32 chains ptxas spilled more and it ran 2.8 % slower, so that form keeps the per-tile sums).
+    constexpr bool kRegSums = (kVar & 512) == 0;
+    const float hf0 = sl2 * sQs[r0], hf1 = sl2 * sQs[r1];
+    const int hb0 = sBq[r0], hb1 = sBq[r1];
+    float lw0 = 0.f, lw1 = 0.f, ew0 = 0.f, ew1 = 0.f, mw0 = -INFINITY, mw1 = -INFINITY;
 
     // PV of tile kg (both consumers, in tile order): O^T *= the tile's factors, += V^T P^T. The caller has retired this
     // consumer's earlier PV (O^T is not in flight).
@@ -305,11 +315,11 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
     };
 
     // Softmax of the owner's tile kg (S in sacc, retired): rows r0 / r1, log2 units; continues tile kg - 1's max / sum
-    // (first: the segment's first tile); writes P^T, sM / sL / sA of kg and arrives on pfull.
+    // (first: the segment's first tile); writes P^T, sM / sA of kg and arrives on pfull; carries this thread's partial sums.
     auto softmax = [&](float (&sacc)[8][4], int kg, int t0, bool first) {
       const int par = kg & (kS8PBufs - 1), pp = (kg - 1) & (kS8PBufs - 1);
-      const float f0 = sl2 * sQs[r0], f1 = sl2 * sQs[r1];
-      const int b0 = sBq[r0], b1 = sBq[r1];
+      const float f0 = kRegSums ? hf0 : sl2 * sQs[r0], f1 = kRegSums ? hf1 : sl2 * sQs[r1];
+      const int b0 = kRegSums ? hb0 : sBq[r0], b1 = kRegSums ? hb1 : sBq[r1];
       // The max on the raw logits (f0, f1 > 0: softmax_scale > 0 is checked by the API), the factor folded into each
       // exponent's FMA below; the bound compares only where the tile crosses a bound of the warp (the bf16 seesaw's
       // session-22 form, attempt 45).
@@ -340,8 +350,11 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
       mx0 *= f0;
       mx1 *= f1;
       const float mp0 = first ? -INFINITY : sM[pp * kM8Rows + r0], mp1 = first ? -INFINITY : sM[pp * kM8Rows + r1];
-      const float lp0 = first ? 0.f : sL[pp * kM8Rows + r0], lp1 = first ? 0.f : sL[pp * kM8Rows + r1];
-      const float ep0 = first ? 0.f : sE[pp * kM8Rows + r0], ep1 = first ? 0.f : sE[pp * kM8Rows + r1];
+      float lp0 = 0.f, lp1 = 0.f, ep0 = 0.f, ep1 = 0.f;  // (variant 512: the running sums of tile kg - 1)
+      if constexpr (!kRegSums) {
+        lp0 = first ? 0.f : sL[pp * kM8Rows + r0], lp1 = first ? 0.f : sL[pp * kM8Rows + r1];
+        ep0 = first ? 0.f : sE[pp * kM8Rows + r0], ep1 = first ? 0.f : sE[pp * kM8Rows + r1];
+      }
       const float mn0 = fmaxf(mp0, mx0), mn1 = fmaxf(mp1, mx1);
       const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
       const float al0 = exp2f(mp0 - mu0), al1 = exp2f(mp1 - mu1);
@@ -367,17 +380,28 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
         sum0 += put(r0, t, sacc[n8][0], sacc[n8][1], f0, mq0, ex0);
         sum1 += put(r1, t, sacc[n8][2], sacc[n8][3], f1, mq1, ex1);
       }
+      if constexpr (kRegSums) {
+        if (c4 == 0) {
+          sM[par * kM8Rows + r0] = mn0, sA[par * kM8Rows + r0] = al0;
+          sM[par * kM8Rows + r1] = mn1, sA[par * kM8Rows + r1] = al1;
+        }
+        // This thread's partial sums carried from this consumer's last tile (mw <= mn; exp2(-inf) = 0 before the first).
+        const float aw0 = exp2f(mw0 - mu0), aw1 = exp2f(mw1 - mu1);
+        lw0 = lw0 * aw0 + sum0, lw1 = lw1 * aw1 + sum1, ew0 = ew0 * aw0 + ex0, ew1 = ew1 * aw1 + ex1;
+        mw0 = mn0, mw1 = mn1;
+      } else {
 #pragma unroll
-      for (int off = 1; off <= 2; off <<= 1) {
-        sum0 += __shfl_xor_sync(0xffffffffu, sum0, off);
-        sum1 += __shfl_xor_sync(0xffffffffu, sum1, off);
-        ex0 += __shfl_xor_sync(0xffffffffu, ex0, off);
-        ex1 += __shfl_xor_sync(0xffffffffu, ex1, off);
-      }
-      if (c4 == 0) {
-        sM[par * kM8Rows + r0] = mn0, sL[par * kM8Rows + r0] = lp0 * al0 + sum0, sA[par * kM8Rows + r0] = al0;
-        sM[par * kM8Rows + r1] = mn1, sL[par * kM8Rows + r1] = lp1 * al1 + sum1, sA[par * kM8Rows + r1] = al1;
-        sE[par * kM8Rows + r0] = ep0 * al0 + ex0, sE[par * kM8Rows + r1] = ep1 * al1 + ex1;
+        for (int off = 1; off <= 2; off <<= 1) {
+          sum0 += __shfl_xor_sync(0xffffffffu, sum0, off);
+          sum1 += __shfl_xor_sync(0xffffffffu, sum1, off);
+          ex0 += __shfl_xor_sync(0xffffffffu, ex0, off);
+          ex1 += __shfl_xor_sync(0xffffffffu, ex1, off);
+        }
+        if (c4 == 0) {
+          sM[par * kM8Rows + r0] = mn0, sL[par * kM8Rows + r0] = lp0 * al0 + sum0, sA[par * kM8Rows + r0] = al0;
+          sM[par * kM8Rows + r1] = mn1, sL[par * kM8Rows + r1] = lp1 * al1 + sum1, sA[par * kM8Rows + r1] = al1;
+          sE[par * kM8Rows + r0] = ep0 * al0 + ex0, sE[par * kM8Rows + r1] = ep1 * al1 + ex1;
+        }
       }
       FenceProxyAsync();  // P^T stores -> both consumers' wgmmas
       MbarArrive(&bars->pfull[par]);
@@ -505,18 +529,40 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
     WgWait0();
     FenceAcc(oacc);
     const int kl = kbase + n - 1, lp = kl & (kS8PBufs - 1);  // both consumers waited on pfull of tile kl for their PV
+    if constexpr (kRegSums) {
+      // The row sums: each thread's partials scaled to the final max (the last tile's; mu as the softmax takes it), the
+      // quad's four added, both consumers' slots in sL / sE [w][64] (not used per tile) added after a consumer barrier.
+      const float mf0 = sM[lp * kM8Rows + r0], mf1 = sM[lp * kM8Rows + r1];
+      const float z0 = exp2f(mw0 - (mf0 == -INFINITY ? 0.f : mf0)), z1 = exp2f(mw1 - (mf1 == -INFINITY ? 0.f : mf1));
+      lw0 *= z0, ew0 *= z0, lw1 *= z1, ew1 *= z1;
+#pragma unroll
+      for (int off = 1; off <= 2; off <<= 1) {
+        lw0 += __shfl_xor_sync(0xffffffffu, lw0, off);
+        lw1 += __shfl_xor_sync(0xffffffffu, lw1, off);
+        ew0 += __shfl_xor_sync(0xffffffffu, ew0, off);
+        ew1 += __shfl_xor_sync(0xffffffffu, ew1, off);
+      }
+      if (c4 == 0) {
+        sL[w * kM8Rows + r0] = lw0, sL[w * kM8Rows + r1] = lw1;
+        sE[w * kM8Rows + r0] = ew0, sE[w * kM8Rows + r1] = ew1;
+      }
+      NamedBarSync(4, 256);
+    }
     if (w == 0 && wi == 0 && g == 0)
 #pragma unroll
       for (int n8 = 0; n8 < 8; ++n8)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int q = n8 * 8 + c4 * 2 + e;
-          const float E = sE[lp * kM8Rows + q];  // (> 0 exactly where the rounded sum is: the max weight, 256, is exact)
+          // (> 0 exactly where the rounded sum is: the max weight, 256, is exact)
+          const float E = kRegSums ? sE[q] + sE[kM8Rows + q] : sE[lp * kM8Rows + q];
           const int gq = M8Row0() + q;
           if (gq < p.GH) p.lse_part[(long long)si * p.GH + gq] = E > 0.f ? (sM[lp * kM8Rows + q] + __log2f(E) - 8.f) * kLn2 : -INFINITY;
         }
-    M8StoreOT<kBf16>(p, si, oacc, sL + lp * kM8Rows, out_mul, w, wi, g, c4);  // o normalised by the rounded weights' sum
-    MbarArrive(&bars->pempty[lp]);  // this consumer's PV of tile kl retired and its sM / sL / sE read
+    // o normalised by the rounded weights' sum
+    if constexpr (kRegSums) M8StoreOT<kBf16>(p, si, oacc, sL, out_mul, w, wi, g, c4, sL + kM8Rows);
+    else M8StoreOT<kBf16>(p, si, oacc, sL + lp * kM8Rows, out_mul, w, wi, g, c4);
+    MbarArrive(&bars->pempty[lp]);  // this consumer's PV of tile kl retired and its sM (variant 512: sL / sE) read
     kbase += n;
   }
 }
