@@ -66,6 +66,17 @@ constexpr int kS8SmemBytes = kS8Bufs * kQ8TileBytes + kM8QBytes + kS8PBufs * kS8
                              (int)sizeof(S8Bars) + 1024;
 static_assert(kS8SmemBytes <= 227 * 1024, "mla_mid_q8s exceeds the opt-in shared memory");
 
+// Each of four values summed over the 4 lanes of a quad (a softmax row's 16 tokens per thread x 4 threads).
+__device__ __forceinline__ void QuadSum4(float& a, float& b, float& c, float& d) {
+#pragma unroll
+  for (int off = 1; off <= 2; off <<= 1) {
+    a += __shfl_xor_sync(0xffffffffu, a, off);
+    b += __shfl_xor_sync(0xffffffffu, b, off);
+    c += __shfl_xor_sync(0xffffffffu, c, off);
+    d += __shfl_xor_sync(0xffffffffu, d, off);
+  }
+}
+
 // Byte offset of (query row q, token t) in a P^T buffer (B operand of PV: K-major, 128-byte swizzle; a k32 step reads 32
 // bytes of each row).
 __device__ __forceinline__ int S8PtOff(int q, int t) { return q * 128 + (((t >> 4) ^ (q & 7)) << 4) + (t & 15); }
@@ -390,13 +401,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
         lw0 = lw0 * aw0 + sum0, lw1 = lw1 * aw1 + sum1, ew0 = ew0 * aw0 + ex0, ew1 = ew1 * aw1 + ex1;
         mw0 = mn0, mw1 = mn1;
       } else {
-#pragma unroll
-        for (int off = 1; off <= 2; off <<= 1) {
-          sum0 += __shfl_xor_sync(0xffffffffu, sum0, off);
-          sum1 += __shfl_xor_sync(0xffffffffu, sum1, off);
-          ex0 += __shfl_xor_sync(0xffffffffu, ex0, off);
-          ex1 += __shfl_xor_sync(0xffffffffu, ex1, off);
-        }
+        QuadSum4(sum0, sum1, ex0, ex1);
         if (c4 == 0) {
           sM[par * kM8Rows + r0] = mn0, sL[par * kM8Rows + r0] = lp0 * al0 + sum0, sA[par * kM8Rows + r0] = al0;
           sM[par * kM8Rows + r1] = mn1, sL[par * kM8Rows + r1] = lp1 * al1 + sum1, sA[par * kM8Rows + r1] = al1;
@@ -535,13 +540,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
       const float mf0 = sM[lp * kM8Rows + r0], mf1 = sM[lp * kM8Rows + r1];
       const float z0 = exp2f(mw0 - (mf0 == -INFINITY ? 0.f : mf0)), z1 = exp2f(mw1 - (mf1 == -INFINITY ? 0.f : mf1));
       lw0 *= z0, ew0 *= z0, lw1 *= z1, ew1 *= z1;
-#pragma unroll
-      for (int off = 1; off <= 2; off <<= 1) {
-        lw0 += __shfl_xor_sync(0xffffffffu, lw0, off);
-        lw1 += __shfl_xor_sync(0xffffffffu, lw1, off);
-        ew0 += __shfl_xor_sync(0xffffffffu, ew0, off);
-        ew1 += __shfl_xor_sync(0xffffffffu, ew1, off);
-      }
+      QuadSum4(lw0, lw1, ew0, ew1);
       if (c4 == 0) {
         sL[w * kM8Rows + r0] = lw0, sL[w * kM8Rows + r1] = lw1;
         sE[w * kM8Rows + r0] = ew0, sE[w * kM8Rows + r1] = ew1;
