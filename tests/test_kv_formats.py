@@ -280,6 +280,14 @@ def test_helix_attention_on_quantized_cache_vs_float64(fmt, rng):
 # decode of the unquantized KV; N(0,1) data, L=512 local rows, H=16, data-derived scales.
 # Measured (3 seeds): fp8_e4m3 mean 0.046 / max 0.090, nvfp4 mean 0.16 / max 0.46.
 BUDGET = {"fp8_e4m3": (0.07, 0.15), "nvfp4": (0.25, 0.7)}
+BUDGET_BOUNDS = np.array([[509, 510, 511, 512], [100, 101, 102, 103]], np.int32)   # [B=2, G<=4] of the budget data
+
+
+def rel_error_vs_unquantized(o, q, kv_rows, bounds):
+    """Per-(token, head) relative L2 error of decode output ``o`` against the float64 decode of the unquantized
+    ``kv_rows [B, L, 576]`` for queries ``q [B, G, H, 576]``."""
+    ref, _ = dense_decode(q, kv_rows, bounds)
+    return np.linalg.norm(np.asarray(o, np.float64) - ref, axis=-1) / np.linalg.norm(ref, axis=-1)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -295,11 +303,10 @@ def test_error_budget_vs_unquantized(fmt, rng):
         k, ksf = quantize_nvfp4(kv[..., 512:], s)
         pages = NVFP4Pages(c, k, csf, ksf, jnp.reshape(s, (1,)))
     table = np.arange(b * npp, dtype=np.int32).reshape(b, npp)
-    bounds = np.array([[509, 510, 511, 512], [100, 101, 102, 103]], np.int32)
+    bounds = BUDGET_BOUNDS
     q = rng.standard_normal((b, g, h, 576)).astype(F32)
     o, _ = decode(q[..., :512], q[..., 512:], pages, table, kv_bounds=bounds)
-    ref, _ = dense_decode(q, kv.reshape(b, npp * p, 576), bounds)
-    rel = np.linalg.norm(np.asarray(o) - ref, axis=-1) / np.linalg.norm(ref, axis=-1)
+    rel = rel_error_vs_unquantized(o, q, kv.reshape(b, npp * p, 576), bounds)
     print(f"\n{fmt}: decode rel error vs unquantized mean {rel.mean():.4f} max {rel.max():.4f} "
           f"({quant.bytes_per_token(fmt)} B/token vs {quant.bytes_per_token('bf16')} for bf16)")
     mean_budget, max_budget = BUDGET[fmt]

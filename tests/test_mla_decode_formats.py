@@ -17,7 +17,8 @@ import pytest
 from helix_jax import HelixMLACache, ledger, make_cp_mesh, quant
 from helix_jax.cache import FP8Pages, NVFP4Pages
 from helix_jax.ops.mla_decode import api, mla_decode
-from test_kv_formats import BUDGET, R2_BOUNDS, R2_POS, dense_decode, gather_rows
+from test_kv_formats import (BUDGET, BUDGET_BOUNDS, R2_BOUNDS, R2_POS, dense_decode, gather_rows,
+                             rel_error_vs_unquantized)
 
 SCALE = 1.0 / np.sqrt(192.0)
 FORMATS = ("fp8_e4m3", "nvfp4")
@@ -90,8 +91,14 @@ def run(case, implementation):
     return np.asarray(o.astype(jnp.float32), np.float64), np.asarray(lse, np.float64)
 
 
+def case_queries(case):
+    """The case's queries as one float32 array [B, G, H, 576]."""
+    return np.concatenate([np.asarray(case["q_lat"].astype(jnp.float32)),
+                           np.asarray(case["q_rope"].astype(jnp.float32))], -1)
+
+
 def oracle(case, bounds=None):
-    q = np.concatenate([np.asarray(case["q_lat"].astype(jnp.float32)), np.asarray(case["q_rope"].astype(jnp.float32))], -1)
+    q = case_queries(case)
     bounds = np.asarray(case["bounds"] if bounds is None else bounds)
     rows = gather_rows(case["pages"], np.asarray(case["table"]))
     live = np.arange(rows.shape[1])[None, :] < bounds.max(1)[:, None]
@@ -492,8 +499,7 @@ def test_gpu_fp8_q_terms(B, G, H, P, lens, rng):
     if not one:
         check(case, o, lse, tol_o=1e-2, tol_lse=3e-2, ref=exact)
         return
-    q = np.concatenate([np.asarray(case["q_lat"].astype(jnp.float32)), np.asarray(case["q_rope"].astype(jnp.float32))], -1)
-    q1 = q_one_term(q)
+    q1 = q_one_term(case_queries(case))
     rounded = oracle(dict(case, q_lat=jnp.asarray(q1[..., :512], jnp.float32), q_rope=jnp.asarray(q1[..., 512:], jnp.float32)))
     check(case, o, lse, tol_o=1e-2, tol_lse=3e-2, ref=rounded)
     e_round, e_exact = errors(case, o, lse, rounded), errors(case, o, lse, exact)
@@ -514,12 +520,12 @@ def test_gpu_fp8_error_budget_vs_unquantized(G, H, rng):
     kv = rng.standard_normal((b * npp, p, 576)).astype(np.float32)
     pages = quantize_pool("fp8_e4m3", kv, float(quant.fp8_scale_from_amax(np.abs(kv).max())))
     table = jnp.asarray(np.arange(b * npp, dtype=np.int32).reshape(b, npp))
-    bounds = np.minimum(np.array([[509, 510, 511, 512], [100, 101, 102, 103]], np.int32)[:, :G], b * npp * p)
+    bounds = BUDGET_BOUNDS[:, :G]
     q = jnp.asarray(rng.standard_normal((b, G, H, 576)), jnp.bfloat16)
     f = jax.jit(functools.partial(mla_decode, softmax_scale=SCALE, implementation="ffi"))
     o, _ = f(q[..., :512], q[..., 512:], pages, table, kv_bounds=jnp.asarray(bounds))
-    ref, _ = dense_decode(np.asarray(q.astype(jnp.float32)), kv.reshape(b, npp * p, 576), bounds)
-    rel = np.linalg.norm(np.asarray(o.astype(jnp.float32), np.float64) - ref, axis=-1) / np.linalg.norm(ref, axis=-1)
+    rel = rel_error_vs_unquantized(o.astype(jnp.float32), np.asarray(q.astype(jnp.float32)),
+                                   kv.reshape(b, npp * p, 576), bounds)
     import os
     print(f"\nfp8 FFI G={G} H={H} FP8_Q={os.environ.get('HELIX_MLA_DECODE_FP8_Q', 'two')}: rel error vs unquantized "
           f"mean {rel.mean():.4f} max {rel.max():.4f}")
