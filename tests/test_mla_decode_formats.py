@@ -534,11 +534,27 @@ def test_gpu_fp8_error_budget_vs_unquantized(G, H, rng):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("B,G,H,P,lens", Q_TERMS_CASES + [(1, 4, 16, 64, [64 * 7 + 5])])
+def test_gpu_fp8_q_terms_deterministic(B, G, H, P, lens, rng):
+    """Five identical calls under this process's HELIX_MLA_DECODE_FP8_Q give bitwise-identical outputs: the race check of
+    test_gpu_ffi_formats_are_deterministic for the one-term form too, whose oracle (the rounded queries') that test does
+    not use (the last case: one CTA, eight tiles through the three-slot ring, a partial last tile)."""
+    case = gpu_formats_case("fp8_e4m3", rng, B, G, H, P, lens)
+    o0, lse0 = run(case, "ffi")
+    assert np.all(np.isfinite(o0)) and not np.any(np.isnan(lse0))
+    for call in range(2, 6):
+        o, lse = run(case, "ffi")
+        assert np.array_equal(o, o0) and np.array_equal(lse, lse0), (
+            f"call {call}: max |o - o_1| {np.nanmax(np.abs(o - o0)):.3g}")
+
+
+@pytest.mark.gpu
 def test_gpu_fp8_one_term_q():
     """HELIX_MLA_DECODE_FP8_Q=one (mla_mid_q8s's S on the hi E4M3 term of Q alone) agrees with the oracle of the rounded
-    queries on every case of test_gpu_fp8_q_terms and keeps the error budget, with the default S accumulation (the fast
-    chain under one) and with f32 chains."""
+    queries on every case of test_gpu_fp8_q_terms, is deterministic and keeps the error budget, with the default S
+    accumulation (the fast chain under one) and with f32 chains."""
     for s in ("auto", "f32"):
         rc, out, err = _formats_subprocess({"HELIX_MLA_DECODE_FP8_Q": "one", "HELIX_MLA_DECODE_FP8_S": s},
                                            "test_gpu_fp8_q_terms or test_gpu_fp8_error_budget")
-        assert rc == 0 and f"{len(Q_TERMS_CASES) + 2} passed" in out, f"FP8_S={s}\n" + out[-4000:] + err[-4000:]
+        want = 2 * len(Q_TERMS_CASES) + 1 + 2   # rounded-Q oracle, determinism (+ one case), error budget
+        assert rc == 0 and f"{want} passed" in out, f"FP8_S={s}\n" + out[-4000:] + err[-4000:]

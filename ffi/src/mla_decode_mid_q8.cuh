@@ -33,12 +33,16 @@ constexpr int kM8Bufs = 3;                  // raw tiles in the ring (any count:
 constexpr int kM8QRows = 2 * kM8Rows;       // E4M3 Q rows: consumer w's B operand = rows 64 w .. 64 w + 63 = [hi 32; lo 32]
 constexpr int kM8QBytes = kM8QRows * kD;    // 73728
 constexpr int kM8PTElems = kM8Rows * kTokTile;  // one P^T [64 rows x 64 tokens], f16, 128-byte swizzle (8 KB)
-// setmaxnreg budgets: the producer (TMA issue, cp.async for partial tiles) and two consumers; 128 x (P + 2 C) <= 64 K.
+// setmaxnreg budgets: the producer (TMA issue, cp.async for partial tiles) and two consumers. The 384-thread CTA starts
+// at 168 registers per thread (64 K / 384, in steps of 8), and setmaxnreg.inc takes only what the CTA's own .dec gave
+// back (the PTX ISA's per-CTA pool): 128 (168 - P) >= 256 (C - 168), i.e. P + 2 C <= 504 (kM8RegPool). Past it the
+// consumers' increase waits forever (session 26: a 64 / 224 split hung every launch).
+constexpr int kM8RegPool = 3 * 168;
 // One PV step (16 tokens: 16 fragment registers) in flight per consumer, plus the next step's raw bytes (8): ptxas reports
 // 16 bytes of spill at 232 (0 without the raw-byte prefetch, which is 2-3 % faster anyway); two steps in flight spilled
 // ~90 bytes and ran 1-3 % slower (benchmarks/NOTES.md session 11).
 constexpr int kM8ProdRegs = 40, kM8ConsRegs = 232;
-static_assert(kM8ProdRegs + 2 * kM8ConsRegs <= 512, "setmaxnreg budgets exceed the CTA's registers");
+static_assert(kM8ProdRegs + 2 * kM8ConsRegs <= kM8RegPool, "setmaxnreg budgets exceed what the producer gives back");
 using M8Bars = Q8BarsT<kM8Bufs>;
 // Ring, E4M3 Q, P^T x 2, softmax exchange [2 consumers][4 warps][32 rows], factors [2][64], Q row factors [128],
 // segment-end L [64], row bounds [64], barriers.
@@ -61,8 +65,9 @@ __device__ __forceinline__ int M8PtOff(int q, int t) { return q * kTokTile + (((
 // The segment's Q (sequence b, the CTA's row tile; rows >= G*H zero) -> sQ8 / sQs by the 256 consumer threads (ct = 0..255): 8 threads per
 // row, rows ct / 8 and 32 + ct / 8. Both rows' 18 chunk loads are issued before any arithmetic (one L2 round trip).
 // mla_mid_q8 (kOneScale false): query row r goes to Q8 rows 64 (r / 32) + r % 32 (hi) and + 32 (lo); sQs[r] = 1 / s_hi,
-// sQs[64 + r] = 1 / (s_hi s_lo). mla_mid_q8s (kOneScale true): hi row r, lo row 64 + r, one scale: sQs[r] = 1 / s_r.
-template <bool kBf16, bool kOneScale = false>
+// sQs[64 + r] = 1 / (s_hi s_lo). mla_mid_q8s (kOneScale true): hi row r, lo row 64 + r, one scale: sQs[r] = 1 / s_r
+// (kLo false: the hi rows alone).
+template <bool kBf16, bool kOneScale = false, bool kLo = true>
 __device__ __forceinline__ void M8QFromGlobal(unsigned char* sQ8, float* sQs, const Params& p, int b, int ct) {
   const int part = ct & 7;
   uint4 v[2][9];
@@ -78,7 +83,7 @@ __device__ __forceinline__ void M8QFromGlobal(unsigned char* sQ8, float* sQs, co
   for (int h = 0; h < 2; ++h) {
     const int r = (ct >> 3) + 32 * h;
     if constexpr (kOneScale) {
-      Q8RowTerms<kBf16, kM8QRows, true, true>(sQ8, r, kM8Rows + r, sQs + r, nullptr, part, [&](int i) { return v[h][i]; });
+      Q8RowTerms<kBf16, kM8QRows, true, true, kLo>(sQ8, r, kM8Rows + r, sQs + r, nullptr, part, [&](int i) { return v[h][i]; });
     } else {
       const int hi = 64 * h + (ct >> 3);  // r / 32 = h, r % 32 = ct / 8
       Q8RowTerms<kBf16, kM8QRows, true>(sQ8, hi, hi + 32, sQs + r, sQs + kM8Rows + r, part, [&](int i) { return v[h][i]; });

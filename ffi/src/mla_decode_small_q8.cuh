@@ -75,7 +75,8 @@ __device__ __forceinline__ void ForQChunks(F f) {
 // logits' two accumulator halves). Three passes over the chunks (ForQChunks<kUnroll>).
 // kOneScale (mla_mid_q8s: both terms accumulate into one chain): s_lo = 1, so lo = RNE(sat(x - hi)) in the same units as
 // hi (q ~= (hi + lo) / s_hi; residuals below 2^-9 of hi's units round to zero: ~2^-18 of the row max) and *qs_lo is not written.
-template <bool kBf16, int kQRows, bool kUnroll, bool kOneScale = false, typename Chunk = void>
+// kLo false (mla_mid_q8s's one-term form, whose S reads the hi rows alone): no lo codes are written.
+template <bool kBf16, int kQRows, bool kUnroll, bool kOneScale = false, bool kLo = true, typename Chunk = void>
 __device__ __forceinline__ void Q8RowTerms(unsigned char* sQ8, int hi_row, int lo_row, float* qs_hi, float* qs_lo, int part,
                                            Chunk chunk_raw) {
   auto val = [](uint32_t h) {
@@ -129,6 +130,7 @@ __device__ __forceinline__ void Q8RowTerms(unsigned char* sQ8, int hi_row, int l
     *qs_hi = __frcp_rn(s_hi);
     if constexpr (!kOneScale) *qs_lo = __frcp_rn(s_hi * s_lo);
   }
+  if constexpr (!kLo) return;
   // lo codes
   ForQChunks<kUnroll>([&](int i) {
     float x[8];
