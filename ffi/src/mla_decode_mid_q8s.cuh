@@ -19,9 +19,11 @@
 //       math alone -7 % at B=64), += V^T P^T on E4M3 tensor cores: A = V^T from registers
 //       (the whole tile: 2 k32 steps x 4 m-blocks = 32 registers, byte-transposed from 8-byte token reads, one commit
 //       group) and B = P^T from shared memory; O^T's M rows permuted as mla_mid_q8's (a thread's 8 bytes per token cover
-//       its rows of 4 m-blocks).
+//       its rows of 4 m-blocks). (V^T in shared memory, A by descriptor, was 30 % slower: with both operands there an fp8
+//       m64n64k32 reads the SM's whole shared-memory bandwidth; session 26.)
 // P: p = exp2(s - m + 8) rounded to E4M3 (RNE; E4M3's 2^-4 per weight; its normal range covers p >= 2^-14). The row
-// sums that normalise o use the rounded weights, so o stays a convex combination of the V rows; the lse takes a second
+// sums that normalise o use the rounded weights (the fast chains add them as f16x2 pairs: <= 3.4e-3 relative), so o stays a
+// convex combination of the V rows; the lse takes a second
 // sum of the unrounded weights (ew, sE at the segment end), so it carries no rounding of P. This is the precision trade of the
 // kernel: mla_mid_q8 keeps P in f16 (standalone driver, full-range codes: o 3.1-4.9e-3 vs 5.1-7.0e-3 off the double
 // reference). A two-term P (hi + lo in E4M3, two PV wgmmas per step on the same A registers) made ptxas serialise every
