@@ -23,11 +23,11 @@
 //       m64n64k32 reads the SM's whole shared-memory bandwidth; session 26.)
 // P: p = exp2(s - m + 8) rounded to E4M3 (RNE; E4M3's 2^-4 per weight; its normal range covers p >= 2^-14). The row
 // sums that normalise o use the rounded weights (the fast chains add them as f16x2 pairs: <= 3.4e-3 relative), so o stays a
-// convex combination of the V rows; the lse takes a second
-// sum of the unrounded weights (ew, sE at the segment end), so it carries no rounding of P. This is the precision trade of the
-// kernel: mla_mid_q8 keeps P in f16 (standalone driver, full-range codes: o 3.1-4.9e-3 vs 5.1-7.0e-3 off the double
-// reference). A two-term P (hi + lo in E4M3, two PV wgmmas per step on the same A registers) made ptxas serialise every
-// wgmma for lack of registers (C7512) and ran slower than mla_mid_q8 (benchmarks/NOTES.md, session 14).
+// convex combination of the V rows; the lse takes a second sum of the unrounded weights (ew, sE at the segment end), so it
+// carries no rounding of P. This is the precision trade of the kernel: mla_mid_q8 keeps P in f16 (standalone driver,
+// full-range codes: o 3.1-4.9e-3 vs 5.1-7.0e-3 off the double reference). A two-term P (hi + lo in E4M3, two PV wgmmas
+// per step on the same A registers) made ptxas serialise every wgmma for lack of registers (C7512) and ran slower than
+// mla_mid_q8 (benchmarks/NOTES.md, session 14).
 // Per tile and SM: S 36 x 32 + PV 2 x 8 x 32 = 1664 tensor cycles, against ~2000 cycles of fp8 bytes at 4.2 TB/s.
 // kVar: bit 0 / 1: the probes of mla_mid_q8 (math alone / producer alone); bit 5: L2 evict-first TMA loads; bit 9: S chains
 // added in f32 (HELIX_MLA_DECODE_FP8_S=f32, and auto where G*H > 64); bit 10 (with 9, standalone probe): two chains per
@@ -179,6 +179,8 @@ __device__ __forceinline__ void Transpose4x4(uint32_t (&y)[4], uint32_t x0, uint
 
 template <bool kBf16, bool kTma, int kVar = 0>
 __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams qp, const __grid_constant__ Q8Maps maps) {
+  // kVar bit 16 (HELIX_MLA_DECODE_FP8_Q=one): S on the hi term of Q alone, i.e. Q rounded once to E4M3 per row.
+  constexpr bool kOneTerm = (kVar & 65536) != 0;
   PlanThisPart(p, s);  // first: waits for the inputs (PDL); ptxas spilled more with anything live across it
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
@@ -243,7 +245,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
     if (!first_seg) NamedBarSync(4, 256);  // both consumers' wgmmas of the previous segment (readers of sQ8) retired
     first_seg = false;
     // hi rows 0..63, lo 64..127 (not written with one term: S reads the hi rows alone), one scale
-    M8QFromGlobal<kBf16, true, (kVar & 65536) == 0>(sQ8, sQs, p, b, ct);
+    M8QFromGlobal<kBf16, true, !kOneTerm>(sQ8, sQs, p, b, ct);
     if (ct < kM8Rows) sBq[ct] = M8RowBound(p, b, ct);
     FenceProxyAsync();     // E4M3 Q (generic stores) -> wgmma
     NamedBarSync(4, 256);
@@ -379,39 +381,42 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
       // The rounded weights' sum normalises o (a convex combination of the V rows); the unrounded weights' sum gives the
       // lse, which then carries no E4M3 rounding (a numpy model of it: up to 1.9e-2 on the lse of a row with a few
       // dominant tokens).
+      // Two tokens' weights: the unrounded pair added to ex; returns their E4M3 codes (lower byte: x0's) and sets h2 to
+      // the codes as f16x2 (exact).
+      auto code = [&](float x0, float x1, float f, float mq, float& ex, uint32_t& h2) -> uint32_t {
+        const float pa = exp2f(fmaf(x0, f, -mq)), pb = exp2f(fmaf(x1, f, -mq));
+        ex += pa + pb;
+        const uint32_t hi = F32x2ToE4m3(pa, pb);
+        h2 = Fp8x2ToT<false>(hi);
+        return hi;
+      };
       if constexpr (kRegSums) {
         // The fast chains add the rounded weights as f16x2 pairs (one HADD2 per pair instead of two conversions and two
         // f32 adds): a lane adds 8 E4M3 weights (p x 2^8 <= 256: sums <= 2048, no overflow) with 7 f16 roundings, so its sum
         // is off by at most 7 x 2^-11 (3.4e-3) relative and o stays a convex combination to that level; session 26:
         // +0.5-1 %, the GPU tests' errors unchanged to three digits.
         __half2 hs0 = __float2half2_rn(0.f), hs1 = hs0;
-        auto code = [&](float x0, float x1, float f, float mq, float& ex, __half2& hs) -> uint32_t {
-          const float pa = exp2f(fmaf(x0, f, -mq)), pb = exp2f(fmaf(x1, f, -mq));
-          ex += pa + pb;
-          const uint32_t hi = F32x2ToE4m3(pa, pb);
-          const uint32_t hh2 = Fp8x2ToT<false>(hi);
-          hs = __hadd2(hs, *reinterpret_cast<const __half2*>(&hh2));
-          return hi;
-        };
 #pragma unroll
         for (int n8 = 0; n8 < 8; ++n8) {
           const int t = 8 * n8 + 2 * c4;
-          const uint32_t e0 = code(sacc[n8][0], sacc[n8][1], f0, mq0, ex0, hs0);
-          const uint32_t e1 = code(sacc[n8][2], sacc[n8][3], f1, mq1, ex1, hs1);
+          uint32_t h0, h1;
+          const uint32_t e0 = code(sacc[n8][0], sacc[n8][1], f0, mq0, ex0, h0);
+          hs0 = __hadd2(hs0, *reinterpret_cast<const __half2*>(&h0));
+          const uint32_t e1 = code(sacc[n8][2], sacc[n8][3], f1, mq1, ex1, h1);
+          hs1 = __hadd2(hs1, *reinterpret_cast<const __half2*>(&h1));
           *reinterpret_cast<uint16_t*>(pt + S8PtOff(r0, t)) = (uint16_t)e0;
           *reinterpret_cast<uint16_t*>(pt + S8PtOff(r1, t)) = (uint16_t)e1;
         }
         const float2 a = __half22float2(hs0), b = __half22float2(hs1);
         sum0 = a.x + a.y, sum1 = b.x + b.y;
       } else {
+        // (the quantized weights in f32: o stays a convex combination of the V rows)
         auto put = [&](int q, int t, float x0, float x1, float f, float mq, float& ex) -> float {
-          const float pa = exp2f(fmaf(x0, f, -mq)), pb = exp2f(fmaf(x1, f, -mq));
-          ex += pa + pb;
-          const uint32_t hi = F32x2ToE4m3(pa, pb);
-          const uint32_t hh2 = Fp8x2ToT<false>(hi);
-          const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&hh2));
+          uint32_t h2;
+          const uint32_t hi = code(x0, x1, f, mq, ex, h2);
+          const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&h2));
           *reinterpret_cast<uint16_t*>(pt + S8PtOff(q, t)) = (uint16_t)hi;
-          return h.x + h.y;  // the quantized weights: o stays a convex combination of the V rows
+          return h.x + h.y;
         };
 #pragma unroll
         for (int n8 = 0; n8 < 8; ++n8) {
@@ -484,7 +489,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
                 FenceProxyAsync();  // cp.async-filled tiles (generic writes) -> wgmma reads
               }
               WgFence();
-              S8HalfChain<(kVar & 65536) != 0 ? 1 : 2>(t, base, q8a, kPer * c, kPer * (c + 1), h);
+              S8HalfChain<kOneTerm ? 1 : 2>(t, base, q8a, kPer * c, kPer * (c + 1), h);
               WgCommit();
               WgWait0();  // (the first also retires this consumer's PV of tile j - 2)
               FenceRegs(t);
@@ -507,8 +512,6 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
             for (int e = 0; e < 4; ++e) sacc[i][e] = scratch[(4 * i + e) * 128];
           NamedBarSync(1 + w, 128);  // every warp of the consumer read its sums before any writes P^T over them
         } else {
-          // kVar bit 16 (HELIX_MLA_DECODE_FP8_Q=one): the hi term alone, i.e. Q rounded once to E4M3 per row.
-          constexpr bool kOneTerm = (kVar & 65536) != 0;
 #pragma unroll
           for (int c = 0; c < 5; ++c) {
             MbarWait(&bars->full[buf][c], ph);
