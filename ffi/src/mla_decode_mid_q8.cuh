@@ -94,8 +94,9 @@ __device__ __forceinline__ void M8QFromGlobal(unsigned char* sQ8, float* sQs, co
 // Segment end of mla_mid_q8 / mla_mid_q8s: this consumer's latent dims 256 w .. of O^T (4 m-blocks x N = 64, M rows
 // permuted: a thread's 8 dims per row) divided by each row's sum rowL[q] (+ rowL2[q] where given: mla_mid_q8s's two
 // consumers' sums; q = the CTA's row 0..63) and scaled by out_mul, stored as row M8Row0() + q of segment si's partials;
-// rows past G*H are skipped.
-template <bool kBf16>
+// rows past G*H are skipped. kPairs (mla_mid_q8s, V^T by ldmatrix): m-block i's rows g / g + 8 are dims 16 i + 2 g + {0, 1}
+// of the warp's 64, stored as four 4-byte pairs (each warp store still fills whole 32-byte sectors).
+template <bool kBf16, bool kPairs = false>
 __device__ __forceinline__ void M8StoreOT(const Params& p, long long si, const float (&oacc)[4][8][4], const float* rowL,
                                           float out_mul, int w, int wi, int g, int c4, const float* rowL2 = nullptr) {
 #pragma unroll
@@ -106,9 +107,15 @@ __device__ __forceinline__ void M8StoreOT(const Params& p, long long si, const f
       const int gq = M8Row0() + q;
       if (gq >= p.GH) continue;
       const float L = rowL2 != nullptr ? rowL[q] + rowL2[q] : rowL[q], inv = L > 0.f ? out_mul / L : 0.f;
-      uint16_t* o = p.o_part + (si * p.GH + gq) * kDl + 256 * w + 64 * wi + 8 * g;
-      StPart4<kBf16>(o, oacc[0][n8][e] * inv, oacc[0][n8][2 + e] * inv, oacc[1][n8][e] * inv, oacc[1][n8][2 + e] * inv);
-      StPart4<kBf16>(o + 4, oacc[2][n8][e] * inv, oacc[2][n8][2 + e] * inv, oacc[3][n8][e] * inv, oacc[3][n8][2 + e] * inv);
+      if constexpr (kPairs) {
+        uint16_t* o = p.o_part + (si * p.GH + gq) * kDl + 256 * w + 64 * wi + 2 * g;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) StPart2<kBf16>(o + 16 * i, oacc[i][n8][e] * inv, oacc[i][n8][2 + e] * inv);
+      } else {
+        uint16_t* o = p.o_part + (si * p.GH + gq) * kDl + 256 * w + 64 * wi + 8 * g;
+        StPart4<kBf16>(o, oacc[0][n8][e] * inv, oacc[0][n8][2 + e] * inv, oacc[1][n8][e] * inv, oacc[1][n8][2 + e] * inv);
+        StPart4<kBf16>(o + 4, oacc[2][n8][e] * inv, oacc[2][n8][2 + e] * inv, oacc[3][n8][e] * inv, oacc[3][n8][2 + e] * inv);
+      }
     }
 }
 

@@ -1,6 +1,6 @@
 // FP8 pages, G*H > 16 query rows, 64 per CTA: mla_mid_q8s, the seesaw form of mla_mid_q8 (HELIX_MLA_DECODE_MID8=auto|seesaw,
 // the default; lockstep keeps mla_mid_q8). Included by mla_decode_cuda.cu after mla_decode_mid_q8.cuh (reuses its
-// constants, the raw-tile layout, the Q loader, the producer loop and the V^T register mapping).
+// constants, the raw-tile layout, the Q loader, the producer loop and the segment-end store).
 //
 // Why: mla_mid_q8's two consumers take every tile in lockstep (S of their query rows, a 256-thread barrier, PV of their
 // latent dims), so the tensor pipe idles through each tile's softmax, exchange and barriers (~3000 of its ~5000 cycles
@@ -17,9 +17,10 @@
 //       tiles in registers, added up once at the segment end (session 25; variant 512 keeps sL / sE per tile);
 //   both consumers: O^T[256 latent dims, 64 rows] *= the factors (skipped when every factor is 1: no row's max moved;
 //       math alone -7 % at B=64), += V^T P^T on E4M3 tensor cores: A = V^T from registers
-//       (the whole tile: 2 k32 steps x 4 m-blocks = 32 registers, byte-transposed from 8-byte token reads, one commit
-//       group) and B = P^T from shared memory; O^T's M rows permuted as mla_mid_q8's (a thread's 8 bytes per token cover
-//       its rows of 4 m-blocks). (V^T in shared memory, A by descriptor, was 30 % slower: with both operands there an fp8
+//       (the whole tile: 2 k32 steps x 4 m-blocks = 32 registers, from ldmatrix.trans b16 pairs and one byte permute per
+//       register, one commit group; session 27, before: 8-byte token reads and 4 x 4 byte transposes) and B = P^T from
+//       shared memory, its k order V^T's (S8PtPos); O^T's M rows permuted (m-block i, rows g / g + 8 = dims 16 i + 2 g,
+//       + 1 of the warp's 64). (V^T in shared memory, A by descriptor, was 30 % slower: with both operands there an fp8
 //       m64n64k32 reads the SM's whole shared-memory bandwidth; session 26.)
 // P: p = exp2(s - m + 8) rounded to E4M3 (RNE; E4M3's 2^-4 per weight; its normal range covers p >= 2^-14). The row
 // sums that normalise o use the rounded weights (the fast chains add them as f16x2 pairs: <= 3.4e-3 relative), so o stays a
@@ -79,9 +80,12 @@ __device__ __forceinline__ void QuadSum4(float& a, float& b, float& c, float& d)
   }
 }
 
-// Byte offset of (query row q, token t) in a P^T buffer (B operand of PV: K-major, 128-byte swizzle; a k32 step reads 32
-// bytes of each row).
+// Byte offset of (query row q, logical k position t) in a P^T buffer (B operand of PV: K-major, 128-byte swizzle; a k32
+// step reads 32 bytes of each row). PV's k order is V^T's (ldmatrix.trans, see pv): in each 16 tokens, logical 4 c + j
+// holds token 2 c + (j & 1) + 8 (j >> 1), so the softmax's tokens 8 n8 + 2 c4 + {0, 1} of n8 = 2 m, 2 m + 1 are the four
+// bytes at logical 16 m + 4 c4 (S8PtPos).
 __device__ __forceinline__ int S8PtOff(int q, int t) { return q * 128 + (((t >> 4) ^ (q & 7)) << 4) + (t & 15); }
+__device__ __forceinline__ int S8PtPos(int t) { return (t & ~15) + 4 * ((t >> 1) & 3) + 2 * ((t >> 3) & 1) + (t & 1); }
 
 // D[64 x 64] = A[64 x 32] * B[32 x 64], E4M3 from shared memory, no accumulation: D is an output only, so no
 // instruction zeroes it before (zeroing accumulators with ordinary instructions while another wgmma group is in flight
@@ -181,6 +185,9 @@ template <bool kBf16, bool kTma, int kVar = 0>
 __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams qp, const __grid_constant__ Q8Maps maps) {
   // kVar bit 16 (HELIX_MLA_DECODE_FP8_Q=one): S on the hi term of Q alone, i.e. Q rounded once to E4M3 per row.
   constexpr bool kOneTerm = (kVar & 65536) != 0;
+  // V^T by ldmatrix.trans (session 27): 5.6 % faster one-term at H=128 G=1, 3 % at H=16 G=4; the two-term fast chains keep
+  // the 8-byte loads and 4 x 4 transposes (with ldmatrix ptxas spilled more there and it ran 9 % slower).
+  constexpr bool kLdsmVt = kOneTerm || (kVar & 512) != 0;
   PlanThisPart(p, s);  // first: waits for the inputs (PDL); ptxas spilled more with anything live across it
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
@@ -287,26 +294,46 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
           for (int i = 0; i < 4; ++i)
             oacc[i][n8][0] *= al[n8][0], oacc[i][n8][1] *= al[n8][1], oacc[i][n8][2] *= al[n8][0], oacc[i][n8][3] *= al[n8][1];
       }
-      const unsigned char* vt = ring + buf * kQ8TileBytes + (2 * w + (wi >> 1)) * (kTokTile * 128);
       uint32_t a[2][4][4];  // [k32 step][m-block][register]
+      if constexpr (kLdsmVt) {
+        // V^T of this warp's 64 latent dims (16-byte units 4 (wi & 1) + i of block 2 w + wi / 2) by ldmatrix.trans: matrix m
+        // of k32 step kk is tokens 32 kk + 8 m .. + 7 of unit i, so a lane gets the b16 pair (dims 2 g, 2 g + 1) of tokens
+        // 2 c4, 2 c4 + 1 of each; two byte permutes per matrix pair give rows g (dim 2 g) and g + 8 (dim 2 g + 1) at k
+        // 4 c4 .. 4 c4 + 3 = tokens 2 c4, 2 c4 + 1, 8 + 2 c4, 9 + 2 c4 (P^T is written in that order: S8PtPos). Half the
+        // instructions of 8-byte loads and 4 x 4 byte transposes (8 LDSM + 32 PRMT per tile and thread, was 16 + 64).
+        const uint32_t vt_a = ring_a + buf * kQ8TileBytes + (2 * w + (wi >> 1)) * (kTokTile * 128) + lane * 128;
 #pragma unroll
-      for (int kk = 0; kk < 2; ++kk)
+        for (int kk = 0; kk < 2; ++kk)
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          uint2 x[4];
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const int t = 32 * kk + 16 * hh + 4 * c4 + q;
-            x[q] = *reinterpret_cast<const uint2*>(vt + t * 128 + ((vunit ^ (t & 7)) << 4) + vhalf);
+          for (int i = 0; i < 4; ++i) {
+            uint32_t r[4];
+            Ldsm4TAddr(r, vt_a + kk * (32 * 128) + (((4 * (wi & 1) + i) ^ (lane & 7)) << 4));
+            a[kk][i][0] = Prmt(r[0], r[1], 0x6420u);
+            a[kk][i][1] = Prmt(r[0], r[1], 0x7531u);
+            a[kk][i][2] = Prmt(r[2], r[3], 0x6420u);
+            a[kk][i][3] = Prmt(r[2], r[3], 0x7531u);
           }
-          uint32_t y[4];
-          // dims 0..3 of the thread's 8 = (m-block 0, h 0), (0, 1), (1, 0), (1, 1); dims 4..7 the same for m-blocks 2, 3
-          const int slot0 = 2 * hh, slot1 = 2 * hh + 1;  // register 2 hh + h: row g (h 0) / g + 8 (h 1), k 16 hh + 4 c4 ..
-          Transpose4x4(y, x[0].x, x[1].x, x[2].x, x[3].x);
-          a[kk][0][slot0] = y[0]; a[kk][0][slot1] = y[1]; a[kk][1][slot0] = y[2]; a[kk][1][slot1] = y[3];
-          Transpose4x4(y, x[0].y, x[1].y, x[2].y, x[3].y);
-          a[kk][2][slot0] = y[0]; a[kk][2][slot1] = y[1]; a[kk][3][slot0] = y[2]; a[kk][3][slot1] = y[3];
-        }
+      } else {
+        const unsigned char* vt = ring + buf * kQ8TileBytes + (2 * w + (wi >> 1)) * (kTokTile * 128);
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            uint2 x[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              const int t = 32 * kk + 16 * hh + 4 * c4 + q;
+              x[q] = *reinterpret_cast<const uint2*>(vt + t * 128 + ((vunit ^ (t & 7)) << 4) + vhalf);
+            }
+            uint32_t y[4];
+            // dims 0..3 of the thread's 8 = (m-block 0, h 0), (0, 1), (1, 0), (1, 1); dims 4..7 the same for m-blocks 2, 3
+            const int slot0 = 2 * hh, slot1 = 2 * hh + 1;  // register 2 hh + h: row g (h 0) / g + 8 (h 1), k 16 hh + 4 c4 ..
+            Transpose4x4(y, x[0].x, x[1].x, x[2].x, x[3].x);
+            a[kk][0][slot0] = y[0]; a[kk][0][slot1] = y[1]; a[kk][1][slot0] = y[2]; a[kk][1][slot1] = y[3];
+            Transpose4x4(y, x[0].y, x[1].y, x[2].y, x[3].y);
+            a[kk][2][slot0] = y[0]; a[kk][2][slot1] = y[1]; a[kk][3][slot0] = y[2]; a[kk][3][slot1] = y[3];
+          }
+      }
       if constexpr ((kVar & 32768) != 0) {  // alternative register order: reg 1 = (row g, k + 16), reg 2 = (row g + 8, k)
 #pragma unroll
         for (int kk = 0; kk < 2; ++kk)
@@ -396,16 +423,35 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
         // is off by at most 7 x 2^-11 (3.4e-3) relative and o stays a convex combination to that level; session 26:
         // +0.5-1 %, the GPU tests' errors unchanged to three digits.
         __half2 hs0 = __float2half2_rn(0.f), hs1 = hs0;
+        if constexpr (kLdsmVt) {
 #pragma unroll
-        for (int n8 = 0; n8 < 8; ++n8) {
-          const int t = 8 * n8 + 2 * c4;
-          uint32_t h0, h1;
-          const uint32_t e0 = code(sacc[n8][0], sacc[n8][1], f0, mq0, ex0, h0);
-          hs0 = __hadd2(hs0, *reinterpret_cast<const __half2*>(&h0));
-          const uint32_t e1 = code(sacc[n8][2], sacc[n8][3], f1, mq1, ex1, h1);
-          hs1 = __hadd2(hs1, *reinterpret_cast<const __half2*>(&h1));
-          *reinterpret_cast<uint16_t*>(pt + S8PtOff(r0, t)) = (uint16_t)e0;
-          *reinterpret_cast<uint16_t*>(pt + S8PtOff(r1, t)) = (uint16_t)e1;
+          for (int m = 0; m < 4; ++m) {
+            uint32_t e0[2], e1[2];
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+              const int n8 = 2 * m + hf;
+              uint32_t h0, h1;
+              e0[hf] = code(sacc[n8][0], sacc[n8][1], f0, mq0, ex0, h0);
+              hs0 = __hadd2(hs0, *reinterpret_cast<const __half2*>(&h0));
+              e1[hf] = code(sacc[n8][2], sacc[n8][3], f1, mq1, ex1, h1);
+              hs1 = __hadd2(hs1, *reinterpret_cast<const __half2*>(&h1));
+            }
+            // tokens 16 m + 2 c4 + {0, 1} and 16 m + 8 + 2 c4 + {0, 1}: four consecutive bytes of PV's k order
+            *reinterpret_cast<uint32_t*>(pt + S8PtOff(r0, 16 * m + 4 * c4)) = e0[0] | (e0[1] << 16);
+            *reinterpret_cast<uint32_t*>(pt + S8PtOff(r1, 16 * m + 4 * c4)) = e1[0] | (e1[1] << 16);
+          }
+        } else {
+#pragma unroll
+          for (int n8 = 0; n8 < 8; ++n8) {
+            const int t = 8 * n8 + 2 * c4;
+            uint32_t h0, h1;
+            const uint32_t e0 = code(sacc[n8][0], sacc[n8][1], f0, mq0, ex0, h0);
+            hs0 = __hadd2(hs0, *reinterpret_cast<const __half2*>(&h0));
+            const uint32_t e1 = code(sacc[n8][2], sacc[n8][3], f1, mq1, ex1, h1);
+            hs1 = __hadd2(hs1, *reinterpret_cast<const __half2*>(&h1));
+            *reinterpret_cast<uint16_t*>(pt + S8PtOff(r0, t)) = (uint16_t)e0;
+            *reinterpret_cast<uint16_t*>(pt + S8PtOff(r1, t)) = (uint16_t)e1;
+          }
         }
         const float2 a = __half22float2(hs0), b = __half22float2(hs1);
         sum0 = a.x + a.y, sum1 = b.x + b.y;
@@ -415,7 +461,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
           uint32_t h2;
           const uint32_t hi = code(x0, x1, f, mq, ex, h2);
           const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&h2));
-          *reinterpret_cast<uint16_t*>(pt + S8PtOff(q, t)) = (uint16_t)hi;
+          *reinterpret_cast<uint16_t*>(pt + S8PtOff(q, kLdsmVt ? S8PtPos(t) : t)) = (uint16_t)hi;
           return h.x + h.y;
         };
 #pragma unroll
@@ -591,8 +637,8 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
           if (gq < p.GH) p.lse_part[(long long)si * p.GH + gq] = E > 0.f ? (sM[lp * kM8Rows + q] + __log2f(E) - 8.f) * kLn2 : -INFINITY;
         }
     // o normalised by the rounded weights' sum
-    if constexpr (kRegSums) M8StoreOT<kBf16>(p, si, oacc, sL, out_mul, w, wi, g, c4, sL + kM8Rows);
-    else M8StoreOT<kBf16>(p, si, oacc, sL + lp * kM8Rows, out_mul, w, wi, g, c4);
+    if constexpr (kRegSums) M8StoreOT<kBf16, kLdsmVt>(p, si, oacc, sL, out_mul, w, wi, g, c4, sL + kM8Rows);
+    else M8StoreOT<kBf16, kLdsmVt>(p, si, oacc, sL + lp * kM8Rows, out_mul, w, wi, g, c4);
     MbarArrive(&bars->pempty[lp]);  // this consumer's PV of tile kl retired and its sM (variant 512: sL / sE) read
     kbase += n;
   }
