@@ -48,6 +48,32 @@ enum S8TraceEvent { kS8TrStep, kS8TrLast, kS8TrSIss, kS8TrOthP, kS8TrSDone, kS8T
 __device__ long long g_s8_trace[kS8TrEvents][kTrTiles];
 #endif
 #define S8_TRACE(ev, k) HELIX_TRACE_STAMP(g_s8_trace, ev, k, (threadIdx.x & 127) == 0)  // (mla_decode_seesaw.cuh)
+// The same build's whole-call view: per CTA of row tile 0, %globaltimer (ns) at the consumers' start and end, its tiles and
+// segments, clock64 at its start and end (g_s8_cta: the mean SM clock over the call); CTA (0, 0)'s segment boundaries (g_s8_seg: start, Q ready, last step done, o stored).
+#ifdef HELIX_SS_TRACE
+__device__ long long g_s8_cta[6][kMaxParts];
+__device__ long long g_s8_seg[4][16];
+__device__ __forceinline__ long long GlobalNs() {
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+#define S8_CTA(ev, v)                                                                                    \
+  do {                                                                                                   \
+    if (threadIdx.x == 0 && blockIdx.y == 0) g_s8_cta[ev][blockIdx.x] = (v);                             \
+  } while (0)
+#define S8_SEG(ev, i)                                                                                    \
+  do {                                                                                                   \
+    if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && (i) < 16) g_s8_seg[ev][i] = GlobalNs(); \
+  } while (0)
+#else
+#define S8_CTA(ev, v) \
+  do {                \
+  } while (0)
+#define S8_SEG(ev, i) \
+  do {                \
+  } while (0)
+#endif
 
 constexpr int kS8Bufs = 3;                   // raw tiles in the ring
 // setmaxnreg budgets (P + 2 C <= kM8RegPool, mla_decode_mid_q8.cuh): the TMA producer needs few; at mla_mid_q8's 40 / 232 the consumers
@@ -233,9 +259,12 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
   const float out_mul = __frcp_rn(__ldg(qp.kv_scale)), sl2 = p.scale_log2 * out_mul;
   int kbase = 0;
   bool first_seg = true;
+  S8_CTA(0, GlobalNs());
+  S8_CTA(4, clock64());
   for (int si = range.x; si < range.y; ++si) {
     const int4 seg = s.seg[SegRow(p) + si];
     const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
+    S8_SEG(0, si - range.x);
     if (n <= 0) {
       if (w == 0 && wi == 0 && lane < 4 && blockIdx.y == 0) SmEmptyPartial(p, si, lane);  // (all G*H rows)
       continue;
@@ -256,6 +285,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
     if (ct < kM8Rows) sBq[ct] = M8RowBound(p, b, ct);
     FenceProxyAsync();     // E4M3 Q (generic stores) -> wgmma
     NamedBarSync(4, 256);
+    S8_SEG(1, si - range.x);
     float oacc[4][8][4];
 #pragma unroll
     for (int i = 0; i < 4; ++i)
@@ -609,6 +639,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
     for (; j < n; j += 2) step(j, std::true_type{}, std::true_type{});
     if (j == n) step(n, std::false_type{}, std::true_type{});  // the segment's last tile is the other consumer's
     // Segment end: every row's L and max from the last tile's owner; o for this consumer's dims.
+    S8_SEG(2, si - range.x);
     WgWait0();
     FenceAcc(oacc);
     const int kl = kbase + n - 1, lp = kl & (kS8PBufs - 1);  // both consumers waited on pfull of tile kl for their PV
@@ -640,8 +671,13 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
     if constexpr (kRegSums) M8StoreOT<kBf16, kLdsmVt>(p, si, oacc, sL, out_mul, w, wi, g, c4, sL + kM8Rows);
     else M8StoreOT<kBf16, kLdsmVt>(p, si, oacc, sL + lp * kM8Rows, out_mul, w, wi, g, c4);
     MbarArrive(&bars->pempty[lp]);  // this consumer's PV of tile kl retired and its sM (variant 512: sL / sE) read
+    S8_SEG(3, si - range.x);
     kbase += n;
   }
+  S8_CTA(1, GlobalNs());
+  S8_CTA(5, clock64());
+  S8_CTA(2, kbase);
+  S8_CTA(3, range.y - range.x);
 }
 
 }  // namespace
