@@ -13,8 +13,8 @@
 //       32 accumulator registers;
 //   the owner's row softmax (quad shuffles only) continues the running max that the previous tile's owner left in
 //       shared memory (sM: a chain across the consumers, as FlashMLA's sequential softmax), writes P^T and the tile's
-//       rescale factor, and arrives on pfull; each thread keeps its own tokens' partial row sums over its consumer's
-//       tiles in registers, added up once at the segment end (session 25; variant 512 keeps sL / sE per tile);
+//       rescale factor, and arrives on pfull; the running row sums go through sL / sE per tile, except in the one-term
+//       fast chain, whose threads keep their own tokens' partial sums in registers, added up at the segment end;
 //   both consumers: O^T[256 latent dims, 64 rows] *= the factors (skipped when every factor is 1: no row's max moved;
 //       math alone -7 % at B=64), += V^T P^T on E4M3 tensor cores: A = V^T from registers
 //       (the whole tile: 2 k32 steps x 4 m-blocks = 32 registers, from ldmatrix.trans b16 pairs and one byte permute per
@@ -23,7 +23,7 @@
 //       + 1 of the warp's 64). (V^T in shared memory, A by descriptor, was 30 % slower: with both operands there an fp8
 //       m64n64k32 reads the SM's whole shared-memory bandwidth; session 26.)
 // P: p = exp2(s - m + 8) rounded to E4M3 (RNE; E4M3's 2^-4 per weight; its normal range covers p >= 2^-14). The row
-// sums that normalise o use the rounded weights (the fast chains add them as f16x2 pairs: <= 3.4e-3 relative), so o stays a
+// sums that normalise o use the rounded weights (the one-term fast chain adds them as f16x2 pairs: <= 3.4e-3 relative), so o stays a
 // convex combination of the V rows; the lse takes a second sum of the unrounded weights (ew, sE at the segment end), so it
 // carries no rounding of P. This is the precision trade of the kernel: mla_mid_q8 keeps P in f16 (standalone driver,
 // full-range codes: o 3.1-4.9e-3 vs 5.1-7.0e-3 off the double reference). A two-term P (hi + lo in E4M3, two PV wgmmas
@@ -87,7 +87,7 @@ constexpr int kS8PBufs = 4;
 struct S8Bars {
   uint64_t full[kS8Bufs][5];  // as Q8BarsT (Q8ProduceSegment)
   uint64_t empty[kS8Bufs];    // 256: every consumer thread after its V^T loads of the tile (the owner's S retired before)
-  uint64_t pfull[kS8PBufs];   // by tile % 4, 128: the owner's threads wrote P^T, sM / sA (variant 512: sL / sE too)
+  uint64_t pfull[kS8PBufs];   // by tile % 4, 128: the owner's threads wrote P^T, sM / sA (and sL / sE but in the one-term fast chain)
   uint64_t pempty[kS8PBufs];  // by tile % 4, 256: both consumers' PV of the tile retired (and the segment end read sM)
 };
 // Ring, E4M3 Q [hi 64 rows; lo 64 rows], P^T x 4, sM / sL / sA / sE [4][64], Q row factors [64], row bounds [64], barriers.
@@ -196,24 +196,10 @@ __device__ __forceinline__ void Wgmma_m64n64k32_e4m3_rs(float (&d)[8][4], const 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 
-// Four tokens' 4-byte words (x[s] = dims 4 q4 .. 4 q4 + 3 of token s) -> four words y[e] = dim 4 q4 + e of tokens 0..3
-// (byte s = token s): a 4 x 4 byte transpose in 8 byte permutes.
-__device__ __forceinline__ void Transpose4x4(uint32_t (&y)[4], uint32_t x0, uint32_t x1, uint32_t x2, uint32_t x3) {
-  const uint32_t lo01 = Prmt(x0, x1, 0x5140u), hi01 = Prmt(x0, x1, 0x7362u);
-  const uint32_t lo23 = Prmt(x2, x3, 0x5140u), hi23 = Prmt(x2, x3, 0x7362u);
-  y[0] = Prmt(lo01, lo23, 0x5410u);
-  y[1] = Prmt(lo01, lo23, 0x7632u);
-  y[2] = Prmt(hi01, hi23, 0x5410u);
-  y[3] = Prmt(hi01, hi23, 0x7632u);
-}
-
 template <bool kBf16, bool kTma, int kVar = 0>
 __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams qp, const __grid_constant__ Q8Maps maps) {
   // kVar bit 16 (HELIX_MLA_DECODE_FP8_Q=one): S on the hi term of Q alone, i.e. Q rounded once to E4M3 per row.
   constexpr bool kOneTerm = (kVar & 65536) != 0;
-  // V^T by ldmatrix.trans (session 27): 5.6 % faster one-term at H=128 G=1, 3 % at H=16 G=4; the two-term fast chains keep
-  // the 8-byte loads and 4 x 4 transposes (with ldmatrix ptxas spilled more there and it ran 9 % slower).
-  constexpr bool kLdsmVt = kOneTerm || (kVar & 512) != 0;
   PlanThisPart(p, s);  // first: waits for the inputs (PDL); ptxas spilled more with anything live across it
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
@@ -221,7 +207,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
   unsigned char* sQ8 = ring + kS8Bufs * kQ8TileBytes;       // [128 rows x 576 B] Q8Off layout: hi rows 0..63, lo 64..127
   unsigned char* sP = sQ8 + kM8QBytes;                      // [tile % 4][64 rows x 128 B]
   float* sM = reinterpret_cast<float*>(sP + kS8PBufs * kS8PBytes);  // [4][64] running max after the tile (log2 units)
-  float* sL = sM + kS8PBufs * kM8Rows;                      // [2 consumers][64] row sums at a segment end (x 256; variant 512: [4][64] per tile)
+  float* sL = sM + kS8PBufs * kM8Rows;                      // [4][64] running row sums per tile (x 256; one-term fast chain: [2 consumers][64] at a segment end)
   float* sA = sL + kS8PBufs * kM8Rows;                      // [4][64] the tile's factor for the earlier tiles
   float* sE = sA + kS8PBufs * kM8Rows;                      // the same of the unrounded weights: the lse
   float* sQs = sE + kS8PBufs * kM8Rows;                     // [64] 1 / s_r
@@ -254,8 +240,6 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
   const int g = lane >> 2, c4 = lane & 3;
   const int r0 = 16 * wi + g, r1 = r0 + 8;  // this thread's query rows of S (rows as M)
   const uint32_t q8a = SmemAddr(sQ8), ring_a = SmemAddr(ring), p_a = SmemAddr(sP);
-  // V^T fragments: latent block 2 w + wi / 2, 16-byte unit 4 (wi & 1) + g / 2, half g & 1 of each token row (8 dims).
-  const int vunit = 4 * (wi & 1) + (g >> 1), vhalf = (g & 1) * 8;
   const float out_mul = __frcp_rn(__ldg(qp.kv_scale)), sl2 = p.scale_log2 * out_mul;
   int kbase = 0;
   bool first_seg = true;
@@ -294,9 +278,11 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
     // The softmax's per-segment constants of this thread's rows, and its partial sums over this consumer's tiles and its
     // own 16 tokens of each (rounded weights lw, unrounded ew, x 256), relative to mw, the running max (log2 units) at
     // this consumer's last tile (-inf before its first finite one): the row sums are assembled once, at the segment end,
-    // instead of a quad reduction and an sL / sE round trip per tile (session 25: 3-4.5 % faster for the fast S chains;
-    // with variant 512's f32 chains ptxas spilled more and it ran 2.8 % slower, so that form keeps the per-tile sums).
-    constexpr bool kRegSums = (kVar & 512) == 0;
+    // instead of a quad reduction and an sL / sE round trip per tile (session 25: 3-4.5 % faster for the fast S chains).
+    // Session 27: the one-term fast chain only. With the ldmatrix V^T the two-term fast chain spilled more with them
+    // (37 / 57 -> 62 / 87 STL / LDL) and runs 4-7.5 % faster without; variant 512 spilled more with them before (2.8 %
+    // slower). Without them the one-term chain measured 0.6 % faster too (not yet GPU-tested in that form).
+    constexpr bool kRegSums = (kVar & 512) == 0 && kOneTerm;
     const float hf0 = sl2 * sQs[r0], hf1 = sl2 * sQs[r1];
     const int hb0 = sBq[r0], hb1 = sBq[r1];
     float lw0 = 0.f, lw1 = 0.f, ew0 = 0.f, ew1 = 0.f, mw0 = -INFINITY, mw1 = -INFINITY;
@@ -325,45 +311,23 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
             oacc[i][n8][0] *= al[n8][0], oacc[i][n8][1] *= al[n8][1], oacc[i][n8][2] *= al[n8][0], oacc[i][n8][3] *= al[n8][1];
       }
       uint32_t a[2][4][4];  // [k32 step][m-block][register]
-      if constexpr (kLdsmVt) {
-        // V^T of this warp's 64 latent dims (16-byte units 4 (wi & 1) + i of block 2 w + wi / 2) by ldmatrix.trans: matrix m
-        // of k32 step kk is tokens 32 kk + 8 m .. + 7 of unit i, so a lane gets the b16 pair (dims 2 g, 2 g + 1) of tokens
-        // 2 c4, 2 c4 + 1 of each; two byte permutes per matrix pair give rows g (dim 2 g) and g + 8 (dim 2 g + 1) at k
-        // 4 c4 .. 4 c4 + 3 = tokens 2 c4, 2 c4 + 1, 8 + 2 c4, 9 + 2 c4 (P^T is written in that order: S8PtPos). Half the
-        // instructions of 8-byte loads and 4 x 4 byte transposes (8 LDSM + 32 PRMT per tile and thread, was 16 + 64).
-        const uint32_t vt_a = ring_a + buf * kQ8TileBytes + (2 * w + (wi >> 1)) * (kTokTile * 128) + lane * 128;
+      // V^T of this warp's 64 latent dims (16-byte units 4 (wi & 1) + i of block 2 w + wi / 2) by ldmatrix.trans: matrix m
+      // of k32 step kk is tokens 32 kk + 8 m .. + 7 of unit i, so a lane gets the b16 pair (dims 2 g, 2 g + 1) of tokens
+      // 2 c4, 2 c4 + 1 of each; two byte permutes per matrix pair give rows g (dim 2 g) and g + 8 (dim 2 g + 1) at k
+      // 4 c4 .. 4 c4 + 3 = tokens 2 c4, 2 c4 + 1, 8 + 2 c4, 9 + 2 c4 (P^T is written in that order: S8PtPos). Half the
+      // instructions of 8-byte loads and 4 x 4 byte transposes (8 LDSM + 32 PRMT per tile and thread, was 16 + 64).
+      const uint32_t vt_a = ring_a + buf * kQ8TileBytes + (2 * w + (wi >> 1)) * (kTokTile * 128) + lane * 128;
 #pragma unroll
-        for (int kk = 0; kk < 2; ++kk)
+      for (int kk = 0; kk < 2; ++kk)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            uint32_t r[4];
-            Ldsm4TAddr(r, vt_a + kk * (32 * 128) + (((4 * (wi & 1) + i) ^ (lane & 7)) << 4));
-            a[kk][i][0] = Prmt(r[0], r[1], 0x6420u);
-            a[kk][i][1] = Prmt(r[0], r[1], 0x7531u);
-            a[kk][i][2] = Prmt(r[2], r[3], 0x6420u);
-            a[kk][i][3] = Prmt(r[2], r[3], 0x7531u);
-          }
-      } else {
-        const unsigned char* vt = ring + buf * kQ8TileBytes + (2 * w + (wi >> 1)) * (kTokTile * 128);
-#pragma unroll
-        for (int kk = 0; kk < 2; ++kk)
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            uint2 x[4];
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              const int t = 32 * kk + 16 * hh + 4 * c4 + q;
-              x[q] = *reinterpret_cast<const uint2*>(vt + t * 128 + ((vunit ^ (t & 7)) << 4) + vhalf);
-            }
-            uint32_t y[4];
-            // dims 0..3 of the thread's 8 = (m-block 0, h 0), (0, 1), (1, 0), (1, 1); dims 4..7 the same for m-blocks 2, 3
-            const int slot0 = 2 * hh, slot1 = 2 * hh + 1;  // register 2 hh + h: row g (h 0) / g + 8 (h 1), k 16 hh + 4 c4 ..
-            Transpose4x4(y, x[0].x, x[1].x, x[2].x, x[3].x);
-            a[kk][0][slot0] = y[0]; a[kk][0][slot1] = y[1]; a[kk][1][slot0] = y[2]; a[kk][1][slot1] = y[3];
-            Transpose4x4(y, x[0].y, x[1].y, x[2].y, x[3].y);
-            a[kk][2][slot0] = y[0]; a[kk][2][slot1] = y[1]; a[kk][3][slot0] = y[2]; a[kk][3][slot1] = y[3];
-          }
-      }
+        for (int i = 0; i < 4; ++i) {
+          uint32_t r[4];
+          Ldsm4TAddr(r, vt_a + kk * (32 * 128) + (((4 * (wi & 1) + i) ^ (lane & 7)) << 4));
+          a[kk][i][0] = Prmt(r[0], r[1], 0x6420u);
+          a[kk][i][1] = Prmt(r[0], r[1], 0x7531u);
+          a[kk][i][2] = Prmt(r[2], r[3], 0x6420u);
+          a[kk][i][3] = Prmt(r[2], r[3], 0x7531u);
+        }
       if constexpr ((kVar & 32768) != 0) {  // alternative register order: reg 1 = (row g, k + 16), reg 2 = (row g + 8, k)
 #pragma unroll
         for (int kk = 0; kk < 2; ++kk)
@@ -423,7 +387,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
       mx0 *= f0;
       mx1 *= f1;
       const float mp0 = first ? -INFINITY : sM[pp * kM8Rows + r0], mp1 = first ? -INFINITY : sM[pp * kM8Rows + r1];
-      float lp0 = 0.f, lp1 = 0.f, ep0 = 0.f, ep1 = 0.f;  // (variant 512: the running sums of tile kg - 1)
+      float lp0 = 0.f, lp1 = 0.f, ep0 = 0.f, ep1 = 0.f;  // (per-tile sums: the running sums of tile kg - 1)
       if constexpr (!kRegSums) {
         lp0 = first ? 0.f : sL[pp * kM8Rows + r0], lp1 = first ? 0.f : sL[pp * kM8Rows + r1];
         ep0 = first ? 0.f : sE[pp * kM8Rows + r0], ep1 = first ? 0.f : sE[pp * kM8Rows + r1];
@@ -448,40 +412,26 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
         return hi;
       };
       if constexpr (kRegSums) {
-        // The fast chains add the rounded weights as f16x2 pairs (one HADD2 per pair instead of two conversions and two
+        // The one-term fast chain adds the rounded weights as f16x2 pairs (one HADD2 per pair instead of two conversions and two
         // f32 adds): a lane adds 8 E4M3 weights (p x 2^8 <= 256: sums <= 2048, no overflow) with 7 f16 roundings, so its sum
         // is off by at most 7 x 2^-11 (3.4e-3) relative and o stays a convex combination to that level; session 26:
         // +0.5-1 %, the GPU tests' errors unchanged to three digits.
         __half2 hs0 = __float2half2_rn(0.f), hs1 = hs0;
-        if constexpr (kLdsmVt) {
 #pragma unroll
-          for (int m = 0; m < 4; ++m) {
-            uint32_t e0[2], e1[2];
+        for (int m = 0; m < 4; ++m) {
+          uint32_t e0[2], e1[2];
 #pragma unroll
-            for (int hf = 0; hf < 2; ++hf) {
-              const int n8 = 2 * m + hf;
-              uint32_t h0, h1;
-              e0[hf] = code(sacc[n8][0], sacc[n8][1], f0, mq0, ex0, h0);
-              hs0 = __hadd2(hs0, *reinterpret_cast<const __half2*>(&h0));
-              e1[hf] = code(sacc[n8][2], sacc[n8][3], f1, mq1, ex1, h1);
-              hs1 = __hadd2(hs1, *reinterpret_cast<const __half2*>(&h1));
-            }
-            // tokens 16 m + 2 c4 + {0, 1} and 16 m + 8 + 2 c4 + {0, 1}: four consecutive bytes of PV's k order
-            *reinterpret_cast<uint32_t*>(pt + S8PtOff(r0, 16 * m + 4 * c4)) = e0[0] | (e0[1] << 16);
-            *reinterpret_cast<uint32_t*>(pt + S8PtOff(r1, 16 * m + 4 * c4)) = e1[0] | (e1[1] << 16);
-          }
-        } else {
-#pragma unroll
-          for (int n8 = 0; n8 < 8; ++n8) {
-            const int t = 8 * n8 + 2 * c4;
+          for (int hf = 0; hf < 2; ++hf) {
+            const int n8 = 2 * m + hf;
             uint32_t h0, h1;
-            const uint32_t e0 = code(sacc[n8][0], sacc[n8][1], f0, mq0, ex0, h0);
+            e0[hf] = code(sacc[n8][0], sacc[n8][1], f0, mq0, ex0, h0);
             hs0 = __hadd2(hs0, *reinterpret_cast<const __half2*>(&h0));
-            const uint32_t e1 = code(sacc[n8][2], sacc[n8][3], f1, mq1, ex1, h1);
+            e1[hf] = code(sacc[n8][2], sacc[n8][3], f1, mq1, ex1, h1);
             hs1 = __hadd2(hs1, *reinterpret_cast<const __half2*>(&h1));
-            *reinterpret_cast<uint16_t*>(pt + S8PtOff(r0, t)) = (uint16_t)e0;
-            *reinterpret_cast<uint16_t*>(pt + S8PtOff(r1, t)) = (uint16_t)e1;
           }
+          // tokens 16 m + 2 c4 + {0, 1} and 16 m + 8 + 2 c4 + {0, 1}: four consecutive bytes of PV's k order
+          *reinterpret_cast<uint32_t*>(pt + S8PtOff(r0, 16 * m + 4 * c4)) = e0[0] | (e0[1] << 16);
+          *reinterpret_cast<uint32_t*>(pt + S8PtOff(r1, 16 * m + 4 * c4)) = e1[0] | (e1[1] << 16);
         }
         const float2 a = __half22float2(hs0), b = __half22float2(hs1);
         sum0 = a.x + a.y, sum1 = b.x + b.y;
@@ -491,7 +441,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
           uint32_t h2;
           const uint32_t hi = code(x0, x1, f, mq, ex, h2);
           const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&h2));
-          *reinterpret_cast<uint16_t*>(pt + S8PtOff(q, kLdsmVt ? S8PtPos(t) : t)) = (uint16_t)hi;
+          *reinterpret_cast<uint16_t*>(pt + S8PtOff(q, S8PtPos(t))) = (uint16_t)hi;
           return h.x + h.y;
         };
 #pragma unroll
@@ -668,9 +618,9 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
           if (gq < p.GH) p.lse_part[(long long)si * p.GH + gq] = E > 0.f ? (sM[lp * kM8Rows + q] + __log2f(E) - 8.f) * kLn2 : -INFINITY;
         }
     // o normalised by the rounded weights' sum
-    if constexpr (kRegSums) M8StoreOT<kBf16, kLdsmVt>(p, si, oacc, sL, out_mul, w, wi, g, c4, sL + kM8Rows);
-    else M8StoreOT<kBf16, kLdsmVt>(p, si, oacc, sL + lp * kM8Rows, out_mul, w, wi, g, c4);
-    MbarArrive(&bars->pempty[lp]);  // this consumer's PV of tile kl retired and its sM (variant 512: sL / sE) read
+    if constexpr (kRegSums) M8StoreOT<kBf16, true>(p, si, oacc, sL, out_mul, w, wi, g, c4, sL + kM8Rows);
+    else M8StoreOT<kBf16, true>(p, si, oacc, sL + lp * kM8Rows, out_mul, w, wi, g, c4);
+    MbarArrive(&bars->pempty[lp]);  // this consumer's PV of tile kl retired and its sM (per-tile sums: sL / sE) read
     S8_SEG(3, si - range.x);
     kbase += n;
   }
