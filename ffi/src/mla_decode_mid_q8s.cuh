@@ -23,10 +23,10 @@
 //       + 1 of the warp's 64). (V^T in shared memory, A by descriptor, was 30 % slower: with both operands there an fp8
 //       m64n64k32 reads the SM's whole shared-memory bandwidth; session 26.)
 // P: p = exp2(s - m + 8) rounded to E4M3 (RNE; E4M3's 2^-4 per weight; its normal range covers p >= 2^-14). The row
-// sums that normalise o use the rounded weights (the one-term fast chain adds them as f16x2 pairs: <= 3.4e-3 relative), so o stays a
-// convex combination of the V rows; the lse takes a second sum of the unrounded weights (ew, sE at the segment end), so it
-// carries no rounding of P. This is the precision trade of the kernel: mla_mid_q8 keeps P in f16 (standalone driver,
-// full-range codes: o 3.1-4.9e-3 vs 5.1-7.0e-3 off the double reference). A two-term P (hi + lo in E4M3, two PV wgmmas
+// sums that normalise o use the rounded weights (the one-term fast chain adds them as f16x2 pairs: <= 3.4e-3
+// relative), so o stays a convex combination of the V rows; the lse takes a second sum of the unrounded weights (sE;
+// ew at the segment end), so it carries no rounding of P. This is the precision trade of the kernel: mla_mid_q8 keeps P
+// in f16 (standalone driver, full-range codes: o 3.1-4.9e-3 vs 5.1-7.0e-3 off the double reference). A two-term P (hi + lo in E4M3, two PV wgmmas
 // per step on the same A registers) made ptxas serialise every wgmma for lack of registers (C7512) and ran slower than
 // mla_mid_q8 (benchmarks/NOTES.md, session 14).
 // Per tile and SM: S 36 x 32 + PV 2 x 8 x 32 = 1664 tensor cycles, against ~2000 cycles of fp8 bytes at 4.2 TB/s.
@@ -49,7 +49,8 @@ __device__ long long g_s8_trace[kS8TrEvents][kTrTiles];
 #endif
 #define S8_TRACE(ev, k) HELIX_TRACE_STAMP(g_s8_trace, ev, k, (threadIdx.x & 127) == 0)  // (mla_decode_seesaw.cuh)
 // The same build's whole-call view: per CTA of row tile 0, %globaltimer (ns) at the consumers' start and end, its tiles and
-// segments, clock64 at its start and end (g_s8_cta: the mean SM clock over the call); CTA (0, 0)'s segment boundaries (g_s8_seg: start, Q ready, last step done, o stored).
+// segments, clock64 at its start and end (g_s8_cta: the mean SM clock over the call); CTA (0, 0)'s segment boundaries
+// (g_s8_seg: start, Q ready, last step done, o stored).
 #ifdef HELIX_SS_TRACE
 __device__ long long g_s8_cta[6][kMaxParts];
 __device__ long long g_s8_seg[4][16];
@@ -87,7 +88,7 @@ constexpr int kS8PBufs = 4;
 struct S8Bars {
   uint64_t full[kS8Bufs][5];  // as Q8BarsT (Q8ProduceSegment)
   uint64_t empty[kS8Bufs];    // 256: every consumer thread after its V^T loads of the tile (the owner's S retired before)
-  uint64_t pfull[kS8PBufs];   // by tile % 4, 128: the owner's threads wrote P^T, sM / sA (and sL / sE but in the one-term fast chain)
+  uint64_t pfull[kS8PBufs];   // by tile % 4, 128: the owner's threads wrote P^T, sM / sA (sL / sE: not the one-term fast)
   uint64_t pempty[kS8PBufs];  // by tile % 4, 256: both consumers' PV of the tile retired (and the segment end read sM)
 };
 // Ring, E4M3 Q [hi 64 rows; lo 64 rows], P^T x 4, sM / sL / sA / sE [4][64], Q row factors [64], row bounds [64], barriers.
@@ -207,7 +208,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
   unsigned char* sQ8 = ring + kS8Bufs * kQ8TileBytes;       // [128 rows x 576 B] Q8Off layout: hi rows 0..63, lo 64..127
   unsigned char* sP = sQ8 + kM8QBytes;                      // [tile % 4][64 rows x 128 B]
   float* sM = reinterpret_cast<float*>(sP + kS8PBufs * kS8PBytes);  // [4][64] running max after the tile (log2 units)
-  float* sL = sM + kS8PBufs * kM8Rows;                      // [4][64] running row sums per tile (x 256; one-term fast chain: [2 consumers][64] at a segment end)
+  float* sL = sM + kS8PBufs * kM8Rows;                      // [4][64] running row sums (x 256; one-term fast: [2][64])
   float* sA = sL + kS8PBufs * kM8Rows;                      // [4][64] the tile's factor for the earlier tiles
   float* sE = sA + kS8PBufs * kM8Rows;                      // the same of the unrounded weights: the lse
   float* sQs = sE + kS8PBufs * kM8Rows;                     // [64] 1 / s_r
@@ -412,10 +413,10 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
         return hi;
       };
       if constexpr (kRegSums) {
-        // The one-term fast chain adds the rounded weights as f16x2 pairs (one HADD2 per pair instead of two conversions and two
-        // f32 adds): a lane adds 8 E4M3 weights (p x 2^8 <= 256: sums <= 2048, no overflow) with 7 f16 roundings, so its sum
-        // is off by at most 7 x 2^-11 (3.4e-3) relative and o stays a convex combination to that level; session 26:
-        // +0.5-1 %, the GPU tests' errors unchanged to three digits.
+        // The one-term fast chain adds the rounded weights as f16x2 pairs (one HADD2 per pair instead of two conversions
+        // and two f32 adds): a lane adds 8 E4M3 weights (p x 2^8 <= 256: sums <= 2048, no overflow) with 7 f16 roundings,
+        // so its sum is off by at most 7 x 2^-11 (3.4e-3) relative and o stays a convex combination to that level;
+        // session 26: +0.5-1 %, the GPU tests' errors unchanged to three digits.
         __half2 hs0 = __float2half2_rn(0.f), hs1 = hs0;
 #pragma unroll
         for (int m = 0; m < 4; ++m) {
