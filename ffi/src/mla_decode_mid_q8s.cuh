@@ -26,9 +26,9 @@
 // sums that normalise o use the rounded weights (the one-term fast chain adds them as f16x2 pairs: <= 3.4e-3
 // relative), so o stays a convex combination of the V rows; the lse takes a second sum of the unrounded weights (sE;
 // ew at the segment end), so it carries no rounding of P. This is the precision trade of the kernel: mla_mid_q8 keeps P
-// in f16 (standalone driver, full-range codes: o 3.1-4.9e-3 vs 5.1-7.0e-3 off the double reference). A two-term P (hi + lo in E4M3, two PV wgmmas
-// per step on the same A registers) made ptxas serialise every wgmma for lack of registers (C7512) and ran slower than
-// mla_mid_q8 (benchmarks/NOTES.md, session 14).
+// in f16 (standalone driver, full-range codes: o 3.1-4.9e-3 vs 5.1-7.0e-3 off the double reference). A two-term P
+// (hi + lo in E4M3, two PV wgmmas per step on the same A registers) made ptxas serialise every wgmma for lack of
+// registers (C7512) and ran slower than mla_mid_q8 (benchmarks/NOTES.md, session 14).
 // Per tile and SM: S 36 x 32 + PV 2 x 8 x 32 = 1664 tensor cycles, against ~2000 cycles of fp8 bytes at 4.2 TB/s.
 // kVar: bit 0 / 1: the probes of mla_mid_q8 (math alone / producer alone); bit 5: L2 evict-first TMA loads; bit 9: S chains
 // added in f32 (HELIX_MLA_DECODE_FP8_S=f32, and auto where G*H > 64); bit 10 (with 9, standalone probe): two chains per
