@@ -57,8 +57,10 @@ def garbage(pages, dead, rng):
     return pages._replace(**out)
 
 
-def make_case(fmt, rng, *, bounds, H, P, npp, spare=2, qdtype=jnp.float32):
-    """Random queries and a quantized pool in random page order; garbage wherever nothing may be read."""
+def make_case(fmt, rng, *, bounds, H, P, npp, spare=2, qdtype=jnp.float32, ramp=0.0):
+    """Random queries and a quantized pool in random page order; garbage wherever nothing may be read. ``ramp`` > 0:
+    smaller noise (0.5 N(0, 1)) plus ``ramp`` x token / 64 in latent dims 0..63, and queries positive there, so every
+    row's logits rise along the sequence (its running max keeps moving)."""
     bounds = np.asarray(bounds, np.int32)
     B, G = bounds.shape
     need = [-(-int(bounds[b].max()) // P) for b in range(B)]
@@ -73,10 +75,16 @@ def make_case(fmt, rng, *, bounds, H, P, npp, spare=2, qdtype=jnp.float32):
     for b in range(B):
         slots = np.arange(int(bounds[b].max()))
         live[table[b, slots // P], slots % P] = True
-    x = rng.standard_normal((N, P, 576)).astype(np.float32) * 2
+    x = rng.standard_normal((N, P, 576)).astype(np.float32) * (0.5 if ramp else 2)
+    if ramp:
+        for b in range(B):
+            t = np.arange(int(bounds[b].max()))
+            x[table[b, t // P], t % P, :64] += (ramp * t / 64).astype(np.float32)[:, None]
     s = (448.0 if fmt == "fp8_e4m3" else 2688.0) / float(np.abs(x[live]).max() if live.any() else 1.0)
     pages = garbage(quantize_pool(fmt, x, s), ~live, rng)
     q = rng.standard_normal((B, G, H, 576)).astype(np.float32)
+    if ramp:
+        q[..., :64] = np.abs(q[..., :64])
     return dict(q_lat=jnp.asarray(q[..., :512], qdtype), q_rope=jnp.asarray(q[..., 512:], qdtype), pages=pages,
                 table=jnp.asarray(table), bounds=jnp.asarray(bounds))
 
@@ -518,6 +526,29 @@ def test_gpu_fp8_q_terms(B, G, H, P, lens, rng):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("G,H", [(4, 16), (1, 128)])
+def test_gpu_fp8_q_terms_rising_max(G, H, rng):
+    """Logits that rise along the sequence (a ramp in 64 latent dims that every query row weighs positively), so the
+    running max keeps moving by less and by more than mla_mid_q8s's slack (kS8MaxSlack: the max is only moved past it)
+    and its E4M3 weights reach the top of their range: against the oracle, under this process's
+    HELIX_MLA_DECODE_FP8_Q (one: the rounded-Q oracle), with the same tolerances as test_gpu_fp8_q_terms."""
+    if jax.default_backend() != "gpu":
+        pytest.fail("the gpu-marked tests need a GPU backend")
+    B, P, L = 2, 64, 64 * 40 + 17
+    bounds = np.maximum(np.array([[L] * G, [L - 700] * G]) - np.arange(G)[::-1][None, :], 0)
+    case = make_case("fp8_e4m3", rng, bounds=bounds, H=H, P=P, npp=-(-L // P), ramp=0.075, qdtype=jnp.bfloat16)
+    one = os.environ.get("HELIX_MLA_DECODE_FP8_Q", "two") == "one"
+    ref = oracle(case)
+    if one:
+        q1 = q_one_term(case_queries(case))
+        ref = oracle(dict(case, q_lat=jnp.asarray(q1[..., :512], jnp.float32), q_rope=jnp.asarray(q1[..., 512:], jnp.float32)))
+    o, lse = run(case, "ffi")
+    check(case, o, lse, tol_o=1e-2, tol_lse=3e-2, ref=ref)
+    e = errors(case, o, lse, ref)
+    print(f"\nrising max, G={G} H={H} FP8_Q={'one' if one else 'two'}: o {e[0]:.2e} lse {e[1]:.2e}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("G,H", [(4, 16), (1, 128)])
 def test_gpu_fp8_error_budget_vs_unquantized(G, H, rng):
     """The CUDA kernel on fp8 pages at G*H > 16 against the float64 decode of the *unquantized* KV (test_kv_formats'
     budget and data: N(0, 1), data-derived scale), under this process's HELIX_MLA_DECODE_FP8_Q; bf16 queries, whose
@@ -561,5 +592,5 @@ def test_gpu_fp8_one_term_q():
     for s in ("auto", "f32"):
         rc, out, err = _formats_subprocess({"HELIX_MLA_DECODE_FP8_Q": "one", "HELIX_MLA_DECODE_FP8_S": s},
                                            "test_gpu_fp8_q_terms or test_gpu_fp8_error_budget")
-        want = 2 * len(Q_TERMS_CASES) + 1 + 2   # rounded-Q oracle, determinism (+ one case), error budget
+        want = 2 * len(Q_TERMS_CASES) + 1 + 2 + 2  # rounded-Q oracle, determinism (+ one case), rising max, budget
         assert rc == 0 and f"{want} passed" in out, f"FP8_S={s}\n" + out[-4000:] + err[-4000:]

@@ -13,8 +13,7 @@
 //       32 accumulator registers;
 //   the owner's row softmax (quad shuffles only) continues the running max that the previous tile's owner left in
 //       shared memory (sM: a chain across the consumers, as FlashMLA's sequential softmax), writes P^T and the tile's
-//       rescale factor, and arrives on pfull; the running row sums go through sL / sE per tile, except in the one-term
-//       fast chain, whose threads keep their own tokens' partial sums in registers, added up at the segment end;
+//       rescale factor and running row sums (sL / sE), and arrives on pfull;
 //   both consumers: O^T[256 latent dims, 64 rows] *= the factors (skipped when every factor is 1: no row's max moved;
 //       math alone -7 % at B=64), += V^T P^T on E4M3 tensor cores: A = V^T from registers
 //       (the whole tile: 2 k32 steps x 4 m-blocks = 32 registers, from ldmatrix.trans b16 pairs and one byte permute per
@@ -23,12 +22,12 @@
 //       + 1 of the warp's 64). (V^T in shared memory, A by descriptor, was 30 % slower: with both operands there an fp8
 //       m64n64k32 reads the SM's whole shared-memory bandwidth; session 26.)
 // P: p = exp2(s - m + 8) rounded to E4M3 (RNE; E4M3's 2^-4 per weight; its normal range covers p >= 2^-14). The row
-// sums that normalise o use the rounded weights (the one-term fast chain adds them as f16x2 pairs: <= 3.4e-3
-// relative), so o stays a convex combination of the V rows; the lse takes a second sum of the unrounded weights (sE;
-// ew at the segment end), so it carries no rounding of P. This is the precision trade of the kernel: mla_mid_q8 keeps P
-// in f16 (standalone driver, full-range codes: o 3.1-4.9e-3 vs 5.1-7.0e-3 off the double reference). A two-term P
-// (hi + lo in E4M3, two PV wgmmas per step on the same A registers) made ptxas serialise every wgmma for lack of
-// registers (C7512) and ran slower than mla_mid_q8 (benchmarks/NOTES.md, session 14).
+// sums that normalise o use the rounded weights (in f32), so o stays a convex combination of the V rows; the lse takes
+// a second sum of the unrounded weights (sE), so it carries no rounding of P. This is the precision trade of the
+// kernel: mla_mid_q8 keeps P in f16 (standalone driver, full-range codes: o 3.1-4.9e-3 vs 5.1-7.0e-3 off the double
+// reference). A two-term P (hi + lo in E4M3, two PV wgmmas per step on the same A registers) made ptxas serialise every
+// wgmma for lack of registers (C7512) and ran slower than mla_mid_q8 (benchmarks/NOTES.md, session 14). The running max
+// m moves only by more than kS8MaxSlack (session 28), so P x 256 <= 2^8.75 < 448.
 // Per tile and SM: S 36 x 32 + PV 2 x 8 x 32 = 1664 tensor cycles, against ~2000 cycles of fp8 bytes at 4.2 TB/s.
 // kVar: bit 0 / 1: the probes of mla_mid_q8 (math alone / producer alone); bit 5: L2 evict-first TMA loads; bit 9: S chains
 // added in f32 (HELIX_MLA_DECODE_FP8_S=f32, and auto where G*H > 64); bit 10 (with 9, standalone probe): two chains per
@@ -77,6 +76,15 @@ __device__ __forceinline__ long long GlobalNs() {
 #endif
 
 constexpr int kS8Bufs = 3;                   // raw tiles in the ring
+// The running max moves only where a row's tile max exceeds it by more than kS8MaxSlack (log2 units): the softmax does
+// not depend on the reference it subtracts, so only rounding changes, and once the max has settled every factor is
+// exactly 1 and the PVs skip the rescale of O^T. The largest weight is then 2^(8 + slack) (P x 256), within E4M3's
+// 448 = 2^8.81 for slack <= 0.8. (0: the exact running max.)
+#ifndef HELIX_S8_MAX_SLACK
+#define HELIX_S8_MAX_SLACK 0.75f
+#endif
+constexpr float kS8MaxSlack = HELIX_S8_MAX_SLACK;
+static_assert(kS8MaxSlack >= 0.f && kS8MaxSlack <= 0.8f, "P x 256 must stay within E4M3's 448");
 // setmaxnreg budgets (P + 2 C <= kM8RegPool, mla_decode_mid_q8.cuh): the TMA producer needs few; at mla_mid_q8's 40 / 232 the consumers
 // spilled 156 / 304 bytes (stores / loads), at 24 / 240 128 / 236 (before the skipped rescale; 52 / 84 now).
 constexpr int kS8ProdRegs = 24, kS8ConsRegs = 240;
@@ -88,7 +96,7 @@ constexpr int kS8PBufs = 4;
 struct S8Bars {
   uint64_t full[kS8Bufs][5];  // as Q8BarsT (Q8ProduceSegment)
   uint64_t empty[kS8Bufs];    // 256: every consumer thread after its V^T loads of the tile (the owner's S retired before)
-  uint64_t pfull[kS8PBufs];   // by tile % 4, 128: the owner's threads wrote P^T, sM / sA (sL / sE: not the one-term fast)
+  uint64_t pfull[kS8PBufs];   // by tile % 4, 128: the owner's threads wrote P^T, sM / sL / sA / sE
   uint64_t pempty[kS8PBufs];  // by tile % 4, 256: both consumers' PV of the tile retired (and the segment end read sM)
 };
 // Ring, E4M3 Q [hi 64 rows; lo 64 rows], P^T x 4, sM / sL / sA / sE [4][64], Q row factors [64], row bounds [64], barriers.
@@ -208,7 +216,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
   unsigned char* sQ8 = ring + kS8Bufs * kQ8TileBytes;       // [128 rows x 576 B] Q8Off layout: hi rows 0..63, lo 64..127
   unsigned char* sP = sQ8 + kM8QBytes;                      // [tile % 4][64 rows x 128 B]
   float* sM = reinterpret_cast<float*>(sP + kS8PBufs * kS8PBytes);  // [4][64] running max after the tile (log2 units)
-  float* sL = sM + kS8PBufs * kM8Rows;                      // [4][64] running row sums (x 256; one-term fast: [2][64])
+  float* sL = sM + kS8PBufs * kM8Rows;                      // [4][64] running row sums of the rounded weights (x 256)
   float* sA = sL + kS8PBufs * kM8Rows;                      // [4][64] the tile's factor for the earlier tiles
   float* sE = sA + kS8PBufs * kM8Rows;                      // the same of the unrounded weights: the lse
   float* sQs = sE + kS8PBufs * kM8Rows;                     // [64] 1 / s_r
@@ -248,7 +256,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
   S8_CTA(4, clock64());
   for (int si = range.x; si < range.y; ++si) {
     const int4 seg = s.seg[SegRow(p) + si];
-    const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
+    const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y, len = SeqLen(p.bounds, b, p.G, p.cap);
     S8_SEG(0, si - range.x);
     if (n <= 0) {
       if (w == 0 && wi == 0 && lane < 4 && blockIdx.y == 0) SmEmptyPartial(p, si, lane);  // (all G*H rows)
@@ -276,27 +284,15 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int n8 = 0; n8 < 8; ++n8) oacc[i][n8][0] = oacc[i][n8][1] = oacc[i][n8][2] = oacc[i][n8][3] = 0.f;
-    // The softmax's per-segment constants of this thread's rows, and its partial sums over this consumer's tiles and its
-    // own 16 tokens of each (rounded weights lw, unrounded ew, x 256), relative to mw, the running max (log2 units) at
-    // this consumer's last tile (-inf before its first finite one): the row sums are assembled once, at the segment end,
-    // instead of a quad reduction and an sL / sE round trip per tile (session 25: 3-4.5 % faster for the fast S chains).
-    // Session 27: the one-term fast chain only. With the ldmatrix V^T the two-term fast chain spilled more with them
-    // (37 / 57 -> 62 / 87 STL / LDL) and runs 4-7.5 % faster without; variant 512 spilled more with them before (2.8 %
-    // slower). Without them the one-term chain measured 0.6 % faster too (not yet GPU-tested in that form).
-    constexpr bool kRegSums = (kVar & 512) == 0 && kOneTerm;
-    const float hf0 = sl2 * sQs[r0], hf1 = sl2 * sQs[r1];
-    const int hb0 = sBq[r0], hb1 = sBq[r1];
-    float lw0 = 0.f, lw1 = 0.f, ew0 = 0.f, ew1 = 0.f, mw0 = -INFINITY, mw1 = -INFINITY;
+    // (Sessions 25-26 kept each thread's partial row sums in registers across its consumer's tiles, added once at the
+    // segment end: 3-4.5 % then; with the ldmatrix V^T the registers it held made ptxas spill, and without it the
+    // two-term fast chain runs 4-7.5 % and the one-term 0.6 % faster, session 27: the running sums go through sL / sE.)
 
-    // PV of tile kg (both consumers, in tile order): O^T *= the tile's factors, += V^T P^T. The caller has retired this
-    // consumer's earlier PV (O^T is not in flight).
-    auto pv = [&](int kg) {
-      const int buf = kg % kS8Bufs, ph = (kg / kS8Bufs) & 1, par = kg & (kS8PBufs - 1);
-      MbarWait(&bars->full[buf][2 * w], ph);  // (passed already by the owner; the other consumer reads the bytes too)
-      MbarWait(&bars->full[buf][2 * w + 1], ph);
-      // The rescale is skipped when no row's max moved in this tile (every factor exactly 1: exp2f(0)); the 64 factors
-      // are the same for every warp of the consumer, so the branch is uniform.
-      float al[8][2];
+    // Tile kg's factors for the earlier tiles' rows (this thread's columns of O^T); true where some row's max moved, i.e.
+    // O^T has to be rescaled before the tile's PV. (Every factor exactly 1, exp2f(0), where none did: math alone -7 % at
+    // B=64 with the rescale skipped then.) The 64 factors are the same for every warp of the consumer: a uniform branch.
+    auto factors = [&](int kg, float (&al)[8][2]) -> bool {
+      const int par = kg & (kS8PBufs - 1);
       bool one = true;
 #pragma unroll
       for (int n8 = 0; n8 < 8; ++n8) {
@@ -304,19 +300,25 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
         al[n8][1] = sA[par * kM8Rows + n8 * 8 + c4 * 2 + 1];
         one = one && al[n8][0] == 1.f && al[n8][1] == 1.f;
       }
-      if (!__all_sync(0xffffffffu, one)) {
+      return !__all_sync(0xffffffffu, one);
+    };
+    auto rescale = [&](const float (&al)[8][2]) {
 #pragma unroll
-        for (int n8 = 0; n8 < 8; ++n8)
+      for (int n8 = 0; n8 < 8; ++n8)
 #pragma unroll
-          for (int i = 0; i < 4; ++i)
-            oacc[i][n8][0] *= al[n8][0], oacc[i][n8][1] *= al[n8][1], oacc[i][n8][2] *= al[n8][0], oacc[i][n8][3] *= al[n8][1];
-      }
-      uint32_t a[2][4][4];  // [k32 step][m-block][register]
-      // V^T of this warp's 64 latent dims (16-byte units 4 (wi & 1) + i of block 2 w + wi / 2) by ldmatrix.trans: matrix m
-      // of k32 step kk is tokens 32 kk + 8 m .. + 7 of unit i, so a lane gets the b16 pair (dims 2 g, 2 g + 1) of tokens
-      // 2 c4, 2 c4 + 1 of each; two byte permutes per matrix pair give rows g (dim 2 g) and g + 8 (dim 2 g + 1) at k
-      // 4 c4 .. 4 c4 + 3 = tokens 2 c4, 2 c4 + 1, 8 + 2 c4, 9 + 2 c4 (P^T is written in that order: S8PtPos). Half the
-      // instructions of 8-byte loads and 4 x 4 byte transposes (8 LDSM + 32 PRMT per tile and thread, was 16 + 64).
+        for (int i = 0; i < 4; ++i)
+          oacc[i][n8][0] *= al[n8][0], oacc[i][n8][1] *= al[n8][1], oacc[i][n8][2] *= al[n8][0], oacc[i][n8][3] *= al[n8][1];
+    };
+    // V^T of this warp's 64 latent dims of tile kg, PV's A operand (16-byte units 4 (wi & 1) + i of block 2 w + wi / 2) by
+    // ldmatrix.trans: matrix m of k32 step kk is tokens 32 kk + 8 m .. + 7 of unit i, so a lane gets the b16 pair (dims
+    // 2 g, 2 g + 1) of tokens 2 c4, 2 c4 + 1 of each; two byte permutes per matrix pair give rows g (dim 2 g) and g + 8
+    // (dim 2 g + 1) at k 4 c4 .. 4 c4 + 3 = tokens 2 c4, 2 c4 + 1, 8 + 2 c4, 9 + 2 c4 (P^T is written in that order:
+    // S8PtPos). Half the instructions of 8-byte loads and 4 x 4 byte transposes (8 LDSM + 32 PRMT per tile and thread,
+    // was 16 + 64).
+    auto vt = [&](int kg, uint32_t (&a)[2][4][4]) {  // [k32 step][m-block][register]
+      const int buf = kg % kS8Bufs, ph = (kg / kS8Bufs) & 1;
+      MbarWait(&bars->full[buf][2 * w], ph);  // (passed already by the owner; the other consumer reads the bytes too)
+      MbarWait(&bars->full[buf][2 * w + 1], ph);
       const uint32_t vt_a = ring_a + buf * kQ8TileBytes + (2 * w + (wi >> 1)) * (kTokTile * 128) + lane * 128;
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk)
@@ -339,25 +341,36 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
             a[kk][i][2] = t1;
           }
       }
-      FenceAcc(oacc);
-      WgFence();
-      const uint32_t pta = p_a + par * kS8PBytes;
+    };
+    auto issue_pv = [&](int kg, const uint32_t (&a)[2][4][4]) {
+      const uint32_t pta = p_a + (kg & (kS8PBufs - 1)) * kS8PBytes;
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk)
 #pragma unroll
         for (int i = 0; i < 4; ++i) Wgmma_m64n64k32_e4m3_rs(oacc[i], a[kk][i], Desc(pta + 32 * kk, 16, 1024));
+    };
+    // PV of tile kg (both consumers, in tile order): O^T *= the tile's factors, += V^T P^T. The caller has retired this
+    // consumer's earlier PV (O^T is not in flight).
+    auto pv = [&](int kg) {
+      float al[8][2];
+      if (factors(kg, al)) rescale(al);
+      uint32_t a[2][4][4];
+      vt(kg, a);
+      FenceAcc(oacc);
+      WgFence();
+      issue_pv(kg, a);
       WgCommit();
       // This thread's reads of the tile are done; released after the PV issue, where the wgmmas consumed the loaded
       // registers, so the fence waits for nothing (before it: 2-3.5 % slower, session 17).
-      ReleaseAfterLoads(&bars->empty[buf]);
+      ReleaseAfterLoads(&bars->empty[kg % kS8Bufs]);
     };
 
     // Softmax of the owner's tile kg (S in sacc, retired): rows r0 / r1, log2 units; continues tile kg - 1's max / sum
-    // (first: the segment's first tile); writes P^T, sM / sA of kg and arrives on pfull; carries this thread's partial sums.
+    // (first: the segment's first tile); writes P^T, sM / sL / sA / sE of kg and arrives on pfull.
     auto softmax = [&](float (&sacc)[8][4], int kg, int t0, bool first) {
       const int par = kg & (kS8PBufs - 1), pp = (kg - 1) & (kS8PBufs - 1);
-      const float f0 = kRegSums ? hf0 : sl2 * sQs[r0], f1 = kRegSums ? hf1 : sl2 * sQs[r1];
-      const int b0 = kRegSums ? hb0 : sBq[r0], b1 = kRegSums ? hb1 : sBq[r1];
+      const float f0 = sl2 * sQs[r0], f1 = sl2 * sQs[r1];
+      const int b0 = sBq[r0], b1 = sBq[r1];
       // The max on the raw logits (f0, f1 > 0: softmax_scale > 0 is checked by the API), the factor folded into each
       // exponent's FMA below; the bound compares only where the tile crosses a bound of the warp (the bf16 seesaw's
       // session-22 form, attempt 45).
@@ -388,12 +401,11 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
       mx0 *= f0;
       mx1 *= f1;
       const float mp0 = first ? -INFINITY : sM[pp * kM8Rows + r0], mp1 = first ? -INFINITY : sM[pp * kM8Rows + r1];
-      float lp0 = 0.f, lp1 = 0.f, ep0 = 0.f, ep1 = 0.f;  // (per-tile sums: the running sums of tile kg - 1)
-      if constexpr (!kRegSums) {
-        lp0 = first ? 0.f : sL[pp * kM8Rows + r0], lp1 = first ? 0.f : sL[pp * kM8Rows + r1];
-        ep0 = first ? 0.f : sE[pp * kM8Rows + r0], ep1 = first ? 0.f : sE[pp * kM8Rows + r1];
-      }
-      const float mn0 = fmaxf(mp0, mx0), mn1 = fmaxf(mp1, mx1);
+      // the running sums of tile kg - 1
+      const float lp0 = first ? 0.f : sL[pp * kM8Rows + r0], lp1 = first ? 0.f : sL[pp * kM8Rows + r1];
+      const float ep0 = first ? 0.f : sE[pp * kM8Rows + r0], ep1 = first ? 0.f : sE[pp * kM8Rows + r1];
+      // (mp = -inf: mn = mx; a row with no token below its bound keeps -inf)
+      const float mn0 = mx0 > mp0 + kS8MaxSlack ? mx0 : mp0, mn1 = mx1 > mp1 + kS8MaxSlack ? mx1 : mp1;
       const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
       const float al0 = exp2f(mp0 - mu0), al1 = exp2f(mp1 - mu1);
       const float mq0 = mu0 - 8.f, mq1 = mu1 - 8.f;  // P x 256 (E4M3's normal range covers 2^-6 .. 448)
@@ -412,62 +424,25 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
         h2 = Fp8x2ToT<false>(hi);
         return hi;
       };
-      if constexpr (kRegSums) {
-        // The one-term fast chain adds the rounded weights as f16x2 pairs (one HADD2 per pair instead of two conversions
-        // and two f32 adds): a lane adds 8 E4M3 weights (p x 2^8 <= 256: sums <= 2048, no overflow) with 7 f16 roundings,
-        // so its sum is off by at most 7 x 2^-11 (3.4e-3) relative and o stays a convex combination to that level;
-        // session 26: +0.5-1 %, the GPU tests' errors unchanged to three digits.
-        __half2 hs0 = __float2half2_rn(0.f), hs1 = hs0;
+      // (the quantized weights in f32: o stays a convex combination of the V rows)
+      auto put = [&](int q, int t, float x0, float x1, float f, float mq, float& ex) -> float {
+        uint32_t h2;
+        const uint32_t hi = code(x0, x1, f, mq, ex, h2);
+        const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&h2));
+        *reinterpret_cast<uint16_t*>(pt + S8PtOff(q, S8PtPos(t))) = (uint16_t)hi;
+        return h.x + h.y;
+      };
 #pragma unroll
-        for (int m = 0; m < 4; ++m) {
-          uint32_t e0[2], e1[2];
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
-            const int n8 = 2 * m + hf;
-            uint32_t h0, h1;
-            e0[hf] = code(sacc[n8][0], sacc[n8][1], f0, mq0, ex0, h0);
-            hs0 = __hadd2(hs0, *reinterpret_cast<const __half2*>(&h0));
-            e1[hf] = code(sacc[n8][2], sacc[n8][3], f1, mq1, ex1, h1);
-            hs1 = __hadd2(hs1, *reinterpret_cast<const __half2*>(&h1));
-          }
-          // tokens 16 m + 2 c4 + {0, 1} and 16 m + 8 + 2 c4 + {0, 1}: four consecutive bytes of PV's k order
-          *reinterpret_cast<uint32_t*>(pt + S8PtOff(r0, 16 * m + 4 * c4)) = e0[0] | (e0[1] << 16);
-          *reinterpret_cast<uint32_t*>(pt + S8PtOff(r1, 16 * m + 4 * c4)) = e1[0] | (e1[1] << 16);
-        }
-        const float2 a = __half22float2(hs0), b = __half22float2(hs1);
-        sum0 = a.x + a.y, sum1 = b.x + b.y;
-      } else {
-        // (the quantized weights in f32: o stays a convex combination of the V rows)
-        auto put = [&](int q, int t, float x0, float x1, float f, float mq, float& ex) -> float {
-          uint32_t h2;
-          const uint32_t hi = code(x0, x1, f, mq, ex, h2);
-          const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&h2));
-          *reinterpret_cast<uint16_t*>(pt + S8PtOff(q, S8PtPos(t))) = (uint16_t)hi;
-          return h.x + h.y;
-        };
-#pragma unroll
-        for (int n8 = 0; n8 < 8; ++n8) {
-          const int t = 8 * n8 + 2 * c4;
-          sum0 += put(r0, t, sacc[n8][0], sacc[n8][1], f0, mq0, ex0);
-          sum1 += put(r1, t, sacc[n8][2], sacc[n8][3], f1, mq1, ex1);
-        }
+      for (int n8 = 0; n8 < 8; ++n8) {
+        const int t = 8 * n8 + 2 * c4;
+        sum0 += put(r0, t, sacc[n8][0], sacc[n8][1], f0, mq0, ex0);
+        sum1 += put(r1, t, sacc[n8][2], sacc[n8][3], f1, mq1, ex1);
       }
-      if constexpr (kRegSums) {
-        if (c4 == 0) {
-          sM[par * kM8Rows + r0] = mn0, sA[par * kM8Rows + r0] = al0;
-          sM[par * kM8Rows + r1] = mn1, sA[par * kM8Rows + r1] = al1;
-        }
-        // This thread's partial sums carried from this consumer's last tile (mw <= mn; exp2(-inf) = 0 before the first).
-        const float aw0 = exp2f(mw0 - mu0), aw1 = exp2f(mw1 - mu1);
-        lw0 = lw0 * aw0 + sum0, lw1 = lw1 * aw1 + sum1, ew0 = ew0 * aw0 + ex0, ew1 = ew1 * aw1 + ex1;
-        mw0 = mn0, mw1 = mn1;
-      } else {
-        QuadSum4(sum0, sum1, ex0, ex1);
-        if (c4 == 0) {
-          sM[par * kM8Rows + r0] = mn0, sL[par * kM8Rows + r0] = lp0 * al0 + sum0, sA[par * kM8Rows + r0] = al0;
-          sM[par * kM8Rows + r1] = mn1, sL[par * kM8Rows + r1] = lp1 * al1 + sum1, sA[par * kM8Rows + r1] = al1;
-          sE[par * kM8Rows + r0] = ep0 * al0 + ex0, sE[par * kM8Rows + r1] = ep1 * al1 + ex1;
-        }
+      QuadSum4(sum0, sum1, ex0, ex1);
+      if (c4 == 0) {
+        sM[par * kM8Rows + r0] = mn0, sL[par * kM8Rows + r0] = lp0 * al0 + sum0, sA[par * kM8Rows + r0] = al0;
+        sM[par * kM8Rows + r1] = mn1, sL[par * kM8Rows + r1] = lp1 * al1 + sum1, sA[par * kM8Rows + r1] = al1;
+        sE[par * kM8Rows + r0] = ep0 * al0 + ex0, sE[par * kM8Rows + r1] = ep1 * al1 + ex1;
       }
       FenceProxyAsync();  // P^T stores -> both consumers' wgmmas
       MbarArrive(&bars->pfull[par]);
@@ -488,6 +463,12 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
       if constexpr (kOwn) {
         const int buf = kg % kS8Bufs, ph = (kg / kS8Bufs) & 1;
         const uint32_t base = ring_a + buf * kQ8TileBytes;
+        // A tile TMA wrote whole needs no proxy fence before the wgmmas read it (async-proxy writes, ordered by the full
+        // barrier's transaction count); only cp.async tiles (the cp.async kernels', and a sequence's partial last tile
+        // in the TMA kernels: Q8ProduceSegment) are generic-proxy writes. The fast chains skip it there (session 28:
+        // +1.4 % two terms, +2.5-3.2 % one term; the bf16 seesaw's attempt 46); variant 512's f32 chains keep it (4.5 %
+        // slower without: more spills).
+        const bool gen = !kTma || (kVar & 512) != 0 || (blk0 + j + 1) * kTokTile > len;
         // The lo term first: the fp8 tensor cores keep ~14 bits of each step's largest magnitude, so the lo products,
         // ~2^-4 of the hi ones, accumulate at their own scale and the chain's error is the 18 hi steps' (as mla_mid_q8's
         // separate hi / lo columns); interleaving the terms doubled the lse error on full-range codes (5.4e-2 vs 2.9e-2).
@@ -513,7 +494,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
 #pragma unroll
                 for (int cb = kPer * c; cb < kPer * (c + 1); ++cb) MbarWait(&bars->full[buf][cb], ph);
                 if (c == kChains - 1) MbarWait(&bars->full[buf][4], ph);
-                FenceProxyAsync();  // cp.async-filled tiles (generic writes) -> wgmma reads
+                if (gen) FenceProxyAsync();  // cp.async-filled tiles (generic writes) -> wgmma reads
               }
               WgFence();
               S8HalfChain<kOneTerm ? 1 : 2>(t, base, q8a, kPer * c, kPer * (c + 1), h);
@@ -543,7 +524,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
           for (int c = 0; c < 5; ++c) {
             MbarWait(&bars->full[buf][c], ph);
             if (c == 4) S8_TRACE(kS8TrLast, kg);
-            FenceProxyAsync();  // cp.async-filled tiles (generic writes) -> wgmma reads
+            if (gen) FenceProxyAsync();  // cp.async-filled tiles (generic writes) -> wgmma reads
             WgFence();
             S8Block(sacc, base, q8a, c, kOneTerm ? 0 : 1, c == 0);  // (the first step overwrites sacc)
           }
@@ -570,7 +551,10 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
         pv(kg - 1);
         S8_TRACE(kS8TrPv1Iss, kg);
         if constexpr (kOwn) {
-          WgWait0();  // O^T is rescaled for tile j next
+          // O^T is rescaled for tile j next. (Issuing both PVs as one group where tile j's factors are all 1 needs both
+          // tiles' V^T in registers before the group, ptxas serialises every wgmma otherwise (C7513: an A register
+          // written between the wgmmas of a group), and with both it runs out of registers (C7512); session 28.)
+          WgWait0();
           S8_TRACE(kS8TrPv1Done, kg);
           FenceAcc(oacc);
           MbarArrive(&bars->pempty[(kg - 1) & (kS8PBufs - 1)]);
@@ -594,34 +578,20 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
     WgWait0();
     FenceAcc(oacc);
     const int kl = kbase + n - 1, lp = kl & (kS8PBufs - 1);  // both consumers waited on pfull of tile kl for their PV
-    if constexpr (kRegSums) {
-      // The row sums: each thread's partials scaled to the final max (the last tile's; mu as the softmax takes it), the
-      // quad's four added, both consumers' slots in sL / sE [w][64] (not used per tile) added after a consumer barrier.
-      const float mf0 = sM[lp * kM8Rows + r0], mf1 = sM[lp * kM8Rows + r1];
-      const float z0 = exp2f(mw0 - (mf0 == -INFINITY ? 0.f : mf0)), z1 = exp2f(mw1 - (mf1 == -INFINITY ? 0.f : mf1));
-      lw0 *= z0, ew0 *= z0, lw1 *= z1, ew1 *= z1;
-      QuadSum4(lw0, lw1, ew0, ew1);
-      if (c4 == 0) {
-        sL[w * kM8Rows + r0] = lw0, sL[w * kM8Rows + r1] = lw1;
-        sE[w * kM8Rows + r0] = ew0, sE[w * kM8Rows + r1] = ew1;
-      }
-      NamedBarSync(4, 256);
-    }
     if (w == 0 && wi == 0 && g == 0)
 #pragma unroll
       for (int n8 = 0; n8 < 8; ++n8)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int q = n8 * 8 + c4 * 2 + e;
-          // (> 0 exactly where the rounded sum is: the max weight, 256, is exact)
-          const float E = kRegSums ? sE[q] + sE[kM8Rows + q] : sE[lp * kM8Rows + q];
+          // (> 0 exactly where the rounded sum is: the largest weight, 256 .. 2^(8 + slack), is a normal E4M3 value)
+          const float E = sE[lp * kM8Rows + q];
           const int gq = M8Row0() + q;
           if (gq < p.GH) p.lse_part[(long long)si * p.GH + gq] = E > 0.f ? (sM[lp * kM8Rows + q] + __log2f(E) - 8.f) * kLn2 : -INFINITY;
         }
     // o normalised by the rounded weights' sum
-    if constexpr (kRegSums) M8StoreOT<kBf16, true>(p, si, oacc, sL, out_mul, w, wi, g, c4, sL + kM8Rows);
-    else M8StoreOT<kBf16, true>(p, si, oacc, sL + lp * kM8Rows, out_mul, w, wi, g, c4);
-    MbarArrive(&bars->pempty[lp]);  // this consumer's PV of tile kl retired and its sM (per-tile sums: sL / sE) read
+    M8StoreOT<kBf16, true>(p, si, oacc, sL + lp * kM8Rows, out_mul, w, wi, g, c4);
+    MbarArrive(&bars->pempty[lp]);  // this consumer's PV of tile kl retired and its sM / sL / sE read
     S8_SEG(3, si - range.x);
     kbase += n;
   }
