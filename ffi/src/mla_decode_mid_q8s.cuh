@@ -525,7 +525,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
             MbarWait(&bars->full[buf][c], ph);
             if (c == 4) S8_TRACE(kS8TrLast, kg);
             if (gen) FenceProxyAsync();  // cp.async-filled tiles (generic writes) -> wgmma reads
-            WgFence();
+            WgFence();  // (ptxas injects one after each block's barrier wait anyway when only the first has it: C7519)
             S8Block(sacc, base, q8a, c, kOneTerm ? 0 : 1, c == 0);  // (the first step overwrites sacc)
           }
           if constexpr (!kOneTerm) {

@@ -470,7 +470,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParam
   int kbase = 0, sc = 0;
   for (int si = range.x; si < range.y; ++si) {
     const int4 seg = s.seg[SegRow(p) + si];
-    const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
+    const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y, len = SeqLen(p.bounds, b, p.G, p.cap);
     if (n <= 0) {
       if (w == 0 && wi == 0 && lane < 4) SmEmptyPartial(p, si, lane);
       continue;
@@ -546,7 +546,9 @@ __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParam
         for (int c = 0; c < 5; ++c) {
           if constexpr ((kVar & 64) == 0) {
             MbarWait(&bars->full[buf][c], par);
-            FenceProxyAsync();  // cp.async-filled tiles (generic writes) -> wgmma reads
+            // cp.async-filled tiles (generic writes) -> wgmma reads; a whole TMA tile needs no fence (async-proxy
+            // writes, ordered by the barrier's transaction count; mla_mid_q8s, session 28)
+            if (!kTma || (blk0 + j + 1) * kTokTile > len) FenceProxyAsync();
             WgFence();
           }
           if constexpr ((kVar & 8) == 0) Q8SBlock<kQ8QRows>(s2, base, q8a, c);
