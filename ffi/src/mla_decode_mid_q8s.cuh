@@ -288,11 +288,13 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
     // segment end: 3-4.5 % then; with the ldmatrix V^T the registers it held made ptxas spill, and without it the
     // two-term fast chain runs 4-7.5 % and the one-term 0.6 % faster, session 27: the running sums go through sL / sE.)
 
-    // Tile kg's factors for the earlier tiles' rows (this thread's columns of O^T); true where some row's max moved, i.e.
-    // O^T has to be rescaled before the tile's PV. (Every factor exactly 1, exp2f(0), where none did: math alone -7 % at
-    // B=64 with the rescale skipped then.) The 64 factors are the same for every warp of the consumer: a uniform branch.
-    auto factors = [&](int kg, float (&al)[8][2]) -> bool {
+    // PV of tile kg (both consumers, in tile order): O^T *= the tile's factors, += V^T P^T. The caller has retired this
+    // consumer's earlier PV (O^T is not in flight).
+    auto pv = [&](int kg) {
       const int par = kg & (kS8PBufs - 1);
+      // The rescale is skipped when no row's max moved in this tile (every factor exactly 1: exp2f(0)); the 64 factors
+      // are the same for every warp of the consumer, so the branch is uniform.
+      float al[8][2];
       bool one = true;
 #pragma unroll
       for (int n8 = 0; n8 < 8; ++n8) {
@@ -300,25 +302,22 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
         al[n8][1] = sA[par * kM8Rows + n8 * 8 + c4 * 2 + 1];
         one = one && al[n8][0] == 1.f && al[n8][1] == 1.f;
       }
-      return !__all_sync(0xffffffffu, one);
-    };
-    auto rescale = [&](const float (&al)[8][2]) {
+      if (!__all_sync(0xffffffffu, one)) {
 #pragma unroll
-      for (int n8 = 0; n8 < 8; ++n8)
+        for (int n8 = 0; n8 < 8; ++n8)
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-          oacc[i][n8][0] *= al[n8][0], oacc[i][n8][1] *= al[n8][1], oacc[i][n8][2] *= al[n8][0], oacc[i][n8][3] *= al[n8][1];
-    };
-    // V^T of this warp's 64 latent dims of tile kg, PV's A operand (16-byte units 4 (wi & 1) + i of block 2 w + wi / 2) by
-    // ldmatrix.trans: matrix m of k32 step kk is tokens 32 kk + 8 m .. + 7 of unit i, so a lane gets the b16 pair (dims
-    // 2 g, 2 g + 1) of tokens 2 c4, 2 c4 + 1 of each; two byte permutes per matrix pair give rows g (dim 2 g) and g + 8
-    // (dim 2 g + 1) at k 4 c4 .. 4 c4 + 3 = tokens 2 c4, 2 c4 + 1, 8 + 2 c4, 9 + 2 c4 (P^T is written in that order:
-    // S8PtPos). Half the instructions of 8-byte loads and 4 x 4 byte transposes (8 LDSM + 32 PRMT per tile and thread,
-    // was 16 + 64).
-    auto vt = [&](int kg, uint32_t (&a)[2][4][4]) {  // [k32 step][m-block][register]
+          for (int i = 0; i < 4; ++i)
+            oacc[i][n8][0] *= al[n8][0], oacc[i][n8][1] *= al[n8][1], oacc[i][n8][2] *= al[n8][0], oacc[i][n8][3] *= al[n8][1];
+      }
       const int buf = kg % kS8Bufs, ph = (kg / kS8Bufs) & 1;
       MbarWait(&bars->full[buf][2 * w], ph);  // (passed already by the owner; the other consumer reads the bytes too)
       MbarWait(&bars->full[buf][2 * w + 1], ph);
+      uint32_t a[2][4][4];  // [k32 step][m-block][register]
+      // V^T of this warp's 64 latent dims (16-byte units 4 (wi & 1) + i of block 2 w + wi / 2) by ldmatrix.trans: matrix m
+      // of k32 step kk is tokens 32 kk + 8 m .. + 7 of unit i, so a lane gets the b16 pair (dims 2 g, 2 g + 1) of tokens
+      // 2 c4, 2 c4 + 1 of each; two byte permutes per matrix pair give rows g (dim 2 g) and g + 8 (dim 2 g + 1) at k
+      // 4 c4 .. 4 c4 + 3 = tokens 2 c4, 2 c4 + 1, 8 + 2 c4, 9 + 2 c4 (P^T is written in that order: S8PtPos). Half the
+      // instructions of 8-byte loads and 4 x 4 byte transposes (8 LDSM + 32 PRMT per tile and thread, was 16 + 64).
       const uint32_t vt_a = ring_a + buf * kQ8TileBytes + (2 * w + (wi >> 1)) * (kTokTile * 128) + lane * 128;
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk)
@@ -341,28 +340,17 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
             a[kk][i][2] = t1;
           }
       }
-    };
-    auto issue_pv = [&](int kg, const uint32_t (&a)[2][4][4]) {
-      const uint32_t pta = p_a + (kg & (kS8PBufs - 1)) * kS8PBytes;
+      FenceAcc(oacc);
+      WgFence();
+      const uint32_t pta = p_a + par * kS8PBytes;
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk)
 #pragma unroll
         for (int i = 0; i < 4; ++i) Wgmma_m64n64k32_e4m3_rs(oacc[i], a[kk][i], Desc(pta + 32 * kk, 16, 1024));
-    };
-    // PV of tile kg (both consumers, in tile order): O^T *= the tile's factors, += V^T P^T. The caller has retired this
-    // consumer's earlier PV (O^T is not in flight).
-    auto pv = [&](int kg) {
-      float al[8][2];
-      if (factors(kg, al)) rescale(al);
-      uint32_t a[2][4][4];
-      vt(kg, a);
-      FenceAcc(oacc);
-      WgFence();
-      issue_pv(kg, a);
       WgCommit();
       // This thread's reads of the tile are done; released after the PV issue, where the wgmmas consumed the loaded
       // registers, so the fence waits for nothing (before it: 2-3.5 % slower, session 17).
-      ReleaseAfterLoads(&bars->empty[kg % kS8Bufs]);
+      ReleaseAfterLoads(&bars->empty[buf]);
     };
 
     // Softmax of the owner's tile kg (S in sacc, retired): rows r0 / r1, log2 units; continues tile kg - 1's max / sum
