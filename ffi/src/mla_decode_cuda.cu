@@ -76,6 +76,10 @@ __host__ __device__ inline int SeqLen(const int* bounds, int b, int G, int cap) 
   }
   return len;
 }
+// Whether the 64-token tile starting at token t0 lies wholly below len: the TMA producers load those whole tiles and
+// send a sequence's partial last tile through cp.async (generic-proxy writes, which the consumers' wgmma reads need a
+// proxy fence for); producers and consumers decide with this one predicate.
+__host__ __device__ inline bool WholeTile(int t0, int len) { return t0 + kTokTile <= len; }
 
 // The split-KV schedule, in "cost space": sequence b with n_b > 0 tiles occupies kSegOverhead + n_b positions
 // [c_b, c_b + kSegOverhead + n_b) of a line of total = sum of those (the first kSegOverhead positions stand for

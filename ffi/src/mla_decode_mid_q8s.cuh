@@ -456,7 +456,7 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
         // in the TMA kernels: Q8ProduceSegment) are generic-proxy writes. The fast chains skip it there (session 28:
         // +1.4 % two terms, +2.5-3.2 % one term; the bf16 seesaw's attempt 46); variant 512's f32 chains keep it (4.5 %
         // slower without: more spills).
-        const bool gen = !kTma || (kVar & 512) != 0 || (blk0 + j + 1) * kTokTile > len;
+        const bool gen = !kTma || (kVar & 512) != 0 || !WholeTile((blk0 + j) * kTokTile, len);
         // The lo term first: the fp8 tensor cores keep ~14 bits of each step's largest magnitude, so the lo products,
         // ~2^-4 of the hi ones, accumulate at their own scale and the chain's error is the 18 hi steps' (as mla_mid_q8's
         // separate hi / lo columns); interleaving the terms doubled the lse error on full-range codes (5.4e-2 vs 2.9e-2).

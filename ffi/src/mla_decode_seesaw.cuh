@@ -818,7 +818,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
           const int pown = buf ? pown1 : pown0;  // owner of the buffer's previous tile
           if (buf) pown1 = own; else pown0 = own;
           uint16_t* dst = reinterpret_cast<uint16_t*>(kbuf + buf * kSsTileBytes);
-          if (t0 + kTokTile <= len) {
+          if (WholeTile(t0, len)) {
             // The whole producer warp waits and lane 0 issues, so lanes 1-31 do not run ahead and spin on the
             // next segment's Q barrier inside lane 0's warp (session 7: within noise; kept as the simpler form).
             if (pt >= 32) continue;
@@ -1049,7 +1049,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         // cp.async / decoded (generic proxy) data -> wgmma (async proxy). A TMA-filled tile needs none: its bytes are
         // async-proxy writes, ordered by the mbarrier's transaction count.
         if constexpr (!(kVar & 1))
-          if (!kTmaTiles || (blk0 + j + 1) * kTokTile > len) FenceProxyAsync();
+          if (!kTmaTiles || !WholeTile((blk0 + j) * kTokTile, len)) FenceProxyAsync();
         WgFence();
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {

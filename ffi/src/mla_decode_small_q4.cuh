@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q4(Params p, Sched s, QParam
         for (int j = 0; j < n; ++j, ++k) {
           const int buf = k % kQ4Bufs, u = k / kQ4Bufs, t0 = (blk0 + j) * kTokTile;
           unsigned char* dst = ring + buf * kQ4TileBytes;
-          if (t0 + kTokTile <= len) {
+          if (WholeTile(t0, len)) {
             if (pt >= 32) continue;
             const int y = pg_next * p.P + t0 % p.P;
             if (j + 1 < n) pg_next = page_of(t0 + kTokTile);

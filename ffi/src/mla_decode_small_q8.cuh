@@ -190,7 +190,7 @@ __device__ __forceinline__ void Q8ProduceSegment(unsigned char* ring, uint64_t (
   for (int j = 0; j < n; ++j, ++k) {
     const int buf = k % kBufs, u = k / kBufs, t0 = (blk0 + j) * kTokTile;
     unsigned char* dst = ring + buf * kQ8TileBytes;
-    if (kTma && t0 + kTokTile <= len) {
+    if (kTma && WholeTile(t0, len)) {
       if (pt >= 32) continue;
       const int y = pg_next * p.P + t0 % p.P;
       if (j + 1 < n) pg_next = page_of(t0 + kTokTile);
@@ -548,7 +548,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q8(Params p, Sched s, QParam
             MbarWait(&bars->full[buf][c], par);
             // cp.async-filled tiles (generic writes) -> wgmma reads; a whole TMA tile needs no fence (async-proxy
             // writes, ordered by the barrier's transaction count; mla_mid_q8s, session 28)
-            if (!kTma || (blk0 + j + 1) * kTokTile > len) FenceProxyAsync();
+            if (!kTma || !WholeTile((blk0 + j) * kTokTile, len)) FenceProxyAsync();
             WgFence();
           }
           if constexpr ((kVar & 8) == 0) Q8SBlock<kQ8QRows>(s2, base, q8a, c);
