@@ -232,7 +232,7 @@ static void Run(Dev& d, const QParams& qp = QParams{}, int part = 0) {
   const int num_parts = MainParts<true>(p, d.num_sms, mtiles, kMode == kSeesaw && kFmt == kFmtNative, kVar);
   const WsLayout l = Layout(p.B, p.GH);
   Sched s{reinterpret_cast<int4*>(d.ws + l.seg), reinterpret_cast<int2*>(d.ws + l.part), reinterpret_cast<int2*>(d.ws + l.batch),
-          num_parts};
+          num_parts, SegCostFromEnv() > 0 ? SegCostFromEnv() : kSegOverhead};
   p.lse_part = reinterpret_cast<float*>(d.ws + l.lse);
   p.o_part = reinterpret_cast<uint16_t*>(d.ws + l.o);
   if (part <= 1) CK((LaunchMain<true, kMode, kFmt, kVar>(p, s, num_parts, mtiles, 0, qp)));
@@ -355,8 +355,8 @@ static void PrintTimeline(const long long (&tr)[E][kTrTiles], const char* const 
 #endif
 
 // One warp per part, as the main kernels plan: its range into part[q], its segments into seg[]; part 0 writes batch[].
-__global__ void PlanCheck(const int* bounds, int B, int G, int cap, int parts, int4* seg, int2* part, int2* batch) {
-  const int2 range = PlanPart(bounds, B, G, cap, parts, blockIdx.x, seg, blockIdx.x == 0 ? batch : nullptr);
+__global__ void PlanCheck(const int* bounds, int B, int G, int cap, int parts, int4* seg, int2* part, int2* batch, int ov) {
+  const int2 range = PlanPart(bounds, B, G, cap, parts, blockIdx.x, seg, blockIdx.x == 0 ? batch : nullptr, ov);
   if (threadIdx.x == 0) part[blockIdx.x] = range;
 }
 
@@ -1215,12 +1215,13 @@ int main(int argc, char** argv) {
     for (int it = 0; it < 300 && same; ++it, ++n) {
       const int B = 1 + rng() % (it % 10 == 0 ? 3000 : it % 3 == 0 ? 300 : 40), G = 1 + rng() % 8;
       const int parts = 1 + rng() % kMaxParts, cap = 64 * (1 + rng() % 2048);
+      const int ov = it % 3 == 0 ? kSegOverhead : 1 + (int)(rng() % kMaxSegOverhead);
       std::vector<int> bounds(B * G);
       for (auto& v : bounds) v = it % 4 == 0 ? (int)(rng() % (cap + 1)) : rng() % 3 == 0 ? 0 : (int)(rng() % 5000) - 2;
       std::vector<int4> seg(B + kMaxParts), dseg(B + kMaxParts);
       std::vector<int2> part(parts), dpart(parts), batch(B), dbatch(B);
       std::vector<int> scratch(B + kMaxParts);
-      BuildSchedule(bounds.data(), B, G, cap, parts, SchedTable{seg.data(), part.data(), batch.data()}, scratch.data());
+      BuildSchedule(bounds.data(), B, G, cap, parts, SchedTable{seg.data(), part.data(), batch.data()}, scratch.data(), ov);
       int* db;
       int4* dsg;
       int2 *dpt, *dbt;
@@ -1228,7 +1229,7 @@ int main(int argc, char** argv) {
       CK(cudaMalloc(&dsg, seg.size() * 16)); CK(cudaMalloc(&dpt, parts * 8)); CK(cudaMalloc(&dbt, B * 8));
       CK(cudaMemcpy(db, bounds.data(), bounds.size() * 4, cudaMemcpyHostToDevice));
       CK(cudaMemset(dsg, 0xff, seg.size() * 16));
-      PlanCheck<<<parts, 32>>>(db, B, G, cap, parts, dsg, dpt, dbt);
+      PlanCheck<<<parts, 32>>>(db, B, G, cap, parts, dsg, dpt, dbt, ov);
       CK(cudaGetLastError());
       CK(cudaMemcpy(dpart.data(), dpt, parts * 8, cudaMemcpyDeviceToHost));
       CK(cudaMemcpy(dbatch.data(), dbt, B * 8, cudaMemcpyDeviceToHost));
@@ -1237,7 +1238,7 @@ int main(int argc, char** argv) {
       for (int q = 0; q < parts; ++q) same &= part[q].x == dpart[q].x && part[q].y == dpart[q].y;
       for (int b = 0; b < B; ++b) same &= batch[b].x == dbatch[b].x && batch[b].y == dbatch[b].y;
       for (int i = 0; i < nseg; ++i) same &= seg[i].x == dseg[i].x && seg[i].y == dseg[i].y && seg[i].z == dseg[i].z;
-      if (!same) std::printf("plans differ: B=%d G=%d parts=%d (batch %d)\n", B, G, parts, it);
+      if (!same) std::printf("plans differ: B=%d G=%d parts=%d ov=%d (batch %d)\n", B, G, parts, ov, it);
       CK(cudaFree(db)); CK(cudaFree(dsg)); CK(cudaFree(dpt)); CK(cudaFree(dbt));
     }
     std::printf("device part plans equal the host's schedule: %s (%d batches)\n", same ? "yes" : "NO", n);

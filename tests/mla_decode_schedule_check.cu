@@ -2,7 +2,8 @@
 // tests/test_ffi_build.py; needs nvcc, no GPU). For random batches (empty sequences, one long
 // sequence beside short ones, B up to 1024, parts 1..160): every (sequence, 64-token tile) below the
 // sequence's longest bound is covered exactly once, segments stay inside one sequence, each part's
-// segments are contiguous and its cost (tiles + 1 per segment) is within one tile of an even share; and each
+// segments are contiguous and its cost (tiles + ov per segment, ov the cost of a segment start: 1 by default,
+// up to kMaxSegOverhead under HELIX_MLA_DECODE_SEG_COST) is within 2 ov + 1 of an even share; and each
 // part's own plan (PlanPartSerial, the serial form of the kernels' per-CTA PlanPart, sharing its PlanSeq) gives the
 // table's range and writes exactly the table's segments of that part.
 #include "mla_decode_cuda.cu"
@@ -32,16 +33,18 @@ int main() {
                           : (int)(rng() % 5) - 2;                            // tiny / negative (clamped)
         bounds[b * G + g] = v;
       }
+    // the cost of a segment start: the default, or any HELIX_MLA_DECODE_SEG_COST
+    const int ov = it % 3 == 0 ? kSegOverhead : 1 + (int)(rng() % kMaxSegOverhead);
     std::vector<int4> seg(B + kMaxParts);
     std::vector<int2> part(num_parts), batch(B);
     std::vector<int> scratch(B + kMaxParts);
     SchedTable s{seg.data(), part.data(), batch.data()};
-    BuildSchedule(bounds.data(), B, G, cap, num_parts, s, scratch.data());
+    BuildSchedule(bounds.data(), B, G, cap, num_parts, s, scratch.data(), ov);
     long long total = 0;
     std::vector<int> nblk(B);
     for (int b = 0; b < B; ++b) {
       nblk[b] = (SeqLen(bounds.data(), b, G, cap) + 63) / 64;
-      total += nblk[b] ? nblk[b] + kSegOverhead : 0;
+      total += nblk[b] ? nblk[b] + ov : 0;
     }
     const long long share = (total + num_parts - 1) / num_parts;
     int prev_end = 0;
@@ -50,7 +53,7 @@ int main() {
       if (part[p].x != prev_end || part[p].y < part[p].x) { std::printf("FAIL parts not contiguous (case %d)\n", it); return 1; }
       prev_end = part[p].y;
       long long cost = 0;
-      for (int i = part[p].x; i < part[p].y; ++i) cost += seg[i].z - seg[i].y + kSegOverhead;
+      for (int i = part[p].x; i < part[p].y; ++i) cost += seg[i].z - seg[i].y + ov;
       if (cost > max_cost) max_cost = cost;
     }
     const int nseg = prev_end;
@@ -66,7 +69,7 @@ int main() {
     std::vector<int4> planned(seg.size());
     for (int p = 0; p < num_parts; ++p) {
       std::fill(planned.begin(), planned.end(), make_int4(-1, -1, -1, -1));
-      const int2 range = PlanPartSerial(bounds.data(), B, G, cap, num_parts, p, planned.data());
+      const int2 range = PlanPartSerial(bounds.data(), B, G, cap, num_parts, p, planned.data(), ov);
       if (range.x != part[p].x || range.y != part[p].y) {
         std::printf("FAIL part %d plans [%d, %d), table [%d, %d) (case %d)\n", p, range.x, range.y, part[p].x, part[p].y, it);
         return 1;
@@ -82,8 +85,9 @@ int main() {
       }
     }
     // Balance: no part exceeds an even share by more than the split overheads the walk can add.
-    if (max_cost > share + 2 * kSegOverhead + 1 + (num_parts == 1 ? total : 0)) {
-      std::printf("FAIL unbalanced: max part cost %lld vs share %lld (B=%d parts=%d, case %d)\n", max_cost, share, B, num_parts, it);
+    if (max_cost > share + 2 * ov + 1 + (num_parts == 1 ? total : 0)) {
+      std::printf("FAIL unbalanced: max part cost %lld vs share %lld (B=%d parts=%d ov=%d, case %d)\n", max_cost, share, B,
+                  num_parts, ov, it);
       return 1;
     }
     ++cases;

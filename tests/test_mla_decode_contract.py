@@ -357,3 +357,30 @@ def test_gpu_tma_l2_promotion_256_and_bad_value():
     out = res.stdout + res.stderr
     assert res.returncode != 0, out[-4000:]
     assert "HELIX_MLA_DECODE_TMA_L2 must be 128, 256 or none" in out, out[-4000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cost", ["16", "64"])
+def test_gpu_seg_cost_contract_and_formats(cost):
+    """HELIX_MLA_DECODE_SEG_COST (the split-KV schedule's segment-start cost; read once per process: subprocesses)
+    changes which tiles each CTA takes, never the result: the GPU contract cases (bf16) and the fp8 / nvfp4 determinism
+    cases pass against the oracle and bitwise across calls under a cost other than the default."""
+    import subprocess
+    script = [sys.executable, str(ROOT / "benchmarks" / "mla_decode_repeat.py")]
+    env = dict(os.environ, HELIX_MLA_DECODE_SEG_COST=cost)
+    for extra in (["--runs", "2"], ["--suite", "formats", "--fmt", "fp8_e4m3", "--runs", "2"],
+                  ["--suite", "formats", "--fmt", "nvfp4", "--runs", "2"]):
+        res = subprocess.run(script + extra, env=env, capture_output=True, text=True, timeout=900)
+        assert res.returncode == 0, " ".join(extra) + "\n" + res.stdout[-4000:] + res.stderr[-4000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bad", ["0", "65", "8x"])
+def test_gpu_bad_seg_cost_names_the_variable(bad):
+    """A HELIX_MLA_DECODE_SEG_COST other than auto or an integer in 1..64 is an error naming the variable and its values."""
+    import subprocess
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mla_decode_repeat.py"), "--small", "--runs", "1"],
+                         env=dict(os.environ, HELIX_MLA_DECODE_SEG_COST=bad), capture_output=True, text=True, timeout=300)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0, out[-4000:]
+    assert "HELIX_MLA_DECODE_SEG_COST must be auto or an integer from 1 to 64" in out, out[-4000:]

@@ -56,7 +56,9 @@ constexpr int kTileElems = kRowsTile * kD;            // one Q or KV tile, eleme
 constexpr int kSmemBytes = 3 * kTileElems * 2 + kRowsTile * kTokTile * 2 + 2 * kRowsTile * 4 + 1024;  // +1 KB to align to 1024
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-constexpr int kSegOverhead = 1;                       // cost of starting a segment, in KV tiles
+constexpr int kSegOverhead = 1;                       // cost of starting a segment, in KV tiles (HELIX_MLA_DECODE_SEG_COST=auto)
+constexpr int kMid8SegCost = 8;                       // the same for mla_mid_q8s under auto (SegCostFromEnv)
+constexpr int kMaxSegOverhead = 64;                   // the largest HELIX_MLA_DECODE_SEG_COST (CostFits holds for it)
 constexpr int kMaxParts = 160;                        // >= SMs of any Hopper part; mirrors ffi.py MAX_PARTS
 
 // What the main kernels need of the split-KV schedule: each CTA plans its own part (PlanThisPart) and writes its
@@ -66,6 +68,7 @@ struct Sched {
   int2* part;       // [row tiles][kMaxParts] (seg_begin, seg_end), each CTA writes its part's range
   int2* batch;      // [B] (seg_begin, nseg), written by CTA (0, 0) of the main kernel
   int num_parts;    // CTAs per row tile (grid x)
+  int seg_cost;     // cost of starting a segment, in KV tiles (kSegOverhead unless HELIX_MLA_DECODE_SEG_COST)
 };
 
 __host__ __device__ inline int SeqLen(const int* bounds, int b, int G, int cap) {
@@ -81,27 +84,27 @@ __host__ __device__ inline int SeqLen(const int* bounds, int b, int G, int cap) 
 // proxy fence for); producers and consumers decide with this one predicate.
 __host__ __device__ inline bool WholeTile(int t0, int len) { return t0 + kTokTile <= len; }
 
-// The split-KV schedule, in "cost space": sequence b with n_b > 0 tiles occupies kSegOverhead + n_b positions
-// [c_b, c_b + kSegOverhead + n_b) of a line of total = sum of those (the first kSegOverhead positions stand for
-// the cost of starting a segment, its tiles follow); part p takes positions [p W, (p + 1) W) with
+// The split-KV schedule, in "cost space": sequence b with n_b > 0 tiles occupies ov + n_b positions
+// [c_b, c_b + ov + n_b) of a line of total = sum of those (the first ov positions stand for the cost of starting a
+// segment, its tiles follow; ov = Sched::seg_cost); part p takes positions [p W, (p + 1) W) with
 // W = ceil(total / num_parts), and a segment is one part's share of one sequence's tiles. Segments come out in
-// (b, tile) order, each part's contiguous, each part's cost (tiles + kSegOverhead per segment) at most W + 1.
+// (b, tile) order, each part's contiguous, each part's cost (tiles + ov per segment) at most W + ov.
 // Every piece is a function of (c_b, n_b, W): each CTA of the main kernel plans its own part (PlanPart; no
 // schedule kernel: the separate 1-block one cost 3.3-4.3 us a call on the H200).
 __host__ __device__ inline int SeqTiles(const int* bounds, int b, int G, int cap) {
   return (SeqLen(bounds, b, G, cap) + kTokTile - 1) / kTokTile;
 }
-__host__ __device__ inline int SeqCost(int n) { return n ? n + kSegOverhead : 0; }
-// All cost-space arithmetic is 32-bit: the handlers reject B * (max tiles + kSegOverhead) >= 2^30 (CostFits),
+__host__ __device__ inline int SeqCost(int n, int ov) { return n ? n + ov : 0; }
+// All cost-space arithmetic is 32-bit: the handlers reject B * (max tiles + kMaxSegOverhead) >= 2^30 (CostFits),
 // and 64-bit divisions are calls that made ptxas spill around the kernels' segment walks.
-__host__ __device__ inline int SeqSegCount(int c, int n, int W) {
+__host__ __device__ inline int SeqSegCount(int c, int n, int W, int ov) {
   if (n <= 0) return 0;
-  const int f = c + kSegOverhead;
+  const int f = c + ov;
   return (f + n - 1) / W - f / W + 1;
 }
 // Segment k of sequence b (offset c, n tiles): (b, first tile, end tile, 0); *part = its part.
-__host__ __device__ inline int4 SeqSeg(int b, int c, int n, int W, int k, int* part) {
-  const int f = c + kSegOverhead, p = f / W + k;
+__host__ __device__ inline int4 SeqSeg(int b, int c, int n, int W, int k, int* part, int ov) {
+  const int f = c + ov, p = f / W + k;
   const int lo = (p * W > f ? p * W : f) - f, hi = ((p + 1) * W < f + n ? (p + 1) * W : f + n) - f;
   *part = p;
   return make_int4(b, lo, hi, 0);
@@ -112,32 +115,34 @@ __host__ __device__ inline int SchedWidth(int total, int num_parts) {
 // Sequence b (offset c, n tiles, cnt segments from index sb) in part q's plan: adds its segments with a part < q
 // (< q + 1) to *lo (*hi) — summed over the sequences, the range of part q's segments — and writes its segment in part
 // q (a sequence has at most one per part) into seg[] (nullable). One body for PlanPart and its host reference.
-__host__ __device__ inline void PlanSeq(int b, int c, int n, int cnt, int sb, int W, int q, int4* seg, int* lo, int* hi) {
+__host__ __device__ inline void PlanSeq(int b, int c, int n, int cnt, int sb, int W, int q, int4* seg, int* lo, int* hi,
+                                        int ov) {
   if (n <= 0) return;
-  const int k = q - (c + kSegOverhead) / W;  // index of b's part-q segment among its own, if 0 <= k < cnt
+  const int k = q - (c + ov) / W;  // index of b's part-q segment among its own, if 0 <= k < cnt
   *lo += k <= 0 ? 0 : (k < cnt ? k : cnt);
   *hi += k < 0 ? 0 : (k + 1 < cnt ? k + 1 : cnt);
   if (seg != nullptr && k >= 0 && k < cnt) {
     int part;
-    seg[sb + k] = SeqSeg(b, c, n, W, k, &part);
+    seg[sb + k] = SeqSeg(b, c, n, W, k, &part, ov);
   }
 }
 // The handlers' bound on the batch's cost (every sequence at its cap): 32-bit cost space holds it.
 inline bool CostFits(long long B, long long cap) {
-  return B * ((cap + kTokTile - 1) / kTokTile + kSegOverhead) < (1LL << 30);  // (p + 1) * W stays below 2^31
+  return B * ((cap + kTokTile - 1) / kTokTile + kMaxSegOverhead) < (1LL << 30);  // (p + 1) * W stays below 2^31
 }
 
 // Serial reference of PlanPart (host-callable: tests/mla_decode_schedule_check.cu checks it against BuildSchedule).
-__host__ __device__ inline int2 PlanPartSerial(const int* bounds, int B, int G, int cap, int num_parts, int q, int4* seg) {
+__host__ __device__ inline int2 PlanPartSerial(const int* bounds, int B, int G, int cap, int num_parts, int q, int4* seg,
+                                               int ov = kSegOverhead) {
   int total = 0;
-  for (int b = 0; b < B; ++b) total += SeqCost(SeqTiles(bounds, b, G, cap));
+  for (int b = 0; b < B; ++b) total += SeqCost(SeqTiles(bounds, b, G, cap), ov);
   const int W = SchedWidth(total, num_parts);
   int c = 0, sb = 0, lo = 0, hi = 0;
   for (int b = 0; b < B; ++b) {
-    const int n = SeqTiles(bounds, b, G, cap), cnt = SeqSegCount(c, n, W);
-    PlanSeq(b, c, n, cnt, sb, W, q, seg, &lo, &hi);
+    const int n = SeqTiles(bounds, b, G, cap), cnt = SeqSegCount(c, n, W, ov);
+    PlanSeq(b, c, n, cnt, sb, W, q, seg, &lo, &hi, ov);
     sb += cnt;
-    c += SeqCost(n);
+    c += SeqCost(n, ov);
   }
   return make_int2(lo, hi);
 }
@@ -165,7 +170,7 @@ __device__ __forceinline__ T WarpExclusiveScan(T v, int lane) {
 // (no serial walk: a part holding hundreds of short sequences costs no more than one). batch != nullptr: also every
 // sequence's (first segment, count).
 __device__ __forceinline__ int2 PlanPart(const int* __restrict__ bounds, int B, int G, int cap, int num_parts, int q,
-                                         int4* seg, int2* batch) {
+                                         int4* seg, int2* batch, int ov) {
   const int lane = threadIdx.x & 31;
   constexpr int kKept = 4;  // tile counts of the first 128 sequences stay in registers between the passes
   int kept[kKept];
@@ -174,20 +179,20 @@ __device__ __forceinline__ int2 PlanPart(const int* __restrict__ bounds, int B, 
   for (int i = 0; i < kKept; ++i) {
     const int b = 32 * i + lane;
     kept[i] = b < B ? SeqTiles(bounds, b, G, cap) : 0;
-    total += SeqCost(kept[i]);
+    total += SeqCost(kept[i], ov);
   }
-  for (int b = 32 * kKept + lane; b < B; b += 32) total += SeqCost(SeqTiles(bounds, b, G, cap));
+  for (int b = 32 * kKept + lane; b < B; b += 32) total += SeqCost(SeqTiles(bounds, b, G, cap), ov);
   total = WarpSum(total);
   const int W = SchedWidth(total, num_parts);
   int c0 = 0, s0 = 0, lo = 0, hi = 0;  // c0, s0: cost offset and first segment of the current 32-sequence chunk
   auto chunk = [&](int b0, int n) {
     const int b = b0 + lane;
-    const int cost = SeqCost(n);
+    const int cost = SeqCost(n, ov);
     const int c = c0 + WarpExclusiveScan(cost, lane);
-    const int cnt = SeqSegCount(c, n, W);
+    const int cnt = SeqSegCount(c, n, W, ov);
     const int sb = s0 + WarpExclusiveScan(cnt, lane);
     if (batch != nullptr && b < B) batch[b] = make_int2(sb, cnt);
-    PlanSeq(b, c, n, cnt, sb, W, q, seg, &lo, &hi);  // n = 0 past B
+    PlanSeq(b, c, n, cnt, sb, W, q, seg, &lo, &hi, ov);  // n = 0 past B
     c0 += WarpSum(cost);
     s0 += WarpSum(cnt);
   };
@@ -206,17 +211,18 @@ struct SchedTable {
   int2* part;  // [num_parts] (seg_begin, seg_end)
   int2* batch; // [B] (seg_begin, nseg)
 };
-inline void BuildSchedule(const int* bounds, int B, int G, int cap, int num_parts, SchedTable s, int* sp) {
+inline void BuildSchedule(const int* bounds, int B, int G, int cap, int num_parts, SchedTable s, int* sp,
+                          int ov = kSegOverhead) {
   int total = 0;
-  for (int b = 0; b < B; ++b) total += SeqCost(SeqTiles(bounds, b, G, cap));
+  for (int b = 0; b < B; ++b) total += SeqCost(SeqTiles(bounds, b, G, cap), ov);
   const int W = SchedWidth(total, num_parts);
   int c = 0;
   int nseg = 0;
   for (int b = 0; b < B; ++b) {
-    const int n = SeqTiles(bounds, b, G, cap), cnt = SeqSegCount(c, n, W);
+    const int n = SeqTiles(bounds, b, G, cap), cnt = SeqSegCount(c, n, W, ov);
     s.batch[b] = make_int2(nseg, cnt);
-    for (int k = 0; k < cnt; ++k, ++nseg) s.seg[nseg] = SeqSeg(b, c, n, W, k, &sp[nseg]);
-    c += SeqCost(n);
+    for (int k = 0; k < cnt; ++k, ++nseg) s.seg[nseg] = SeqSeg(b, c, n, W, k, &sp[nseg], ov);
+    c += SeqCost(n, ov);
   }
   int q = 0;  // parts are sorted along the segments: part q starts at the first segment whose part is >= q
   for (int i = 0; i < nseg; ++i)
@@ -423,9 +429,9 @@ struct Params {
 // the cursor inside the segment loops, made ptxas spill 100-400 bytes more in the seesaw kernel (5 % slower at
 // B=64 H=128 on the H200).
 __device__ __noinline__ void PlanAndWritePart(const int* __restrict__ bounds, int B, int G, int cap, int num_parts,
-                                              int4* seg, int2* part, int2* batch) {
+                                              int4* seg, int2* part, int2* batch, int ov) {
   const bool writer = blockIdx.x == 0 && blockIdx.y == 0;
-  const int2 range = PlanPart(bounds, B, G, cap, num_parts, blockIdx.x, seg, writer ? batch : nullptr);
+  const int2 range = PlanPart(bounds, B, G, cap, num_parts, blockIdx.x, seg, writer ? batch : nullptr, ov);
   if (threadIdx.x == 0) *part = range;
 }
 // First row of this CTA's row tile in the segment table.
@@ -434,7 +440,7 @@ __device__ __forceinline__ void PlanThisPart(const Params& p, const Sched& s) {
   GridDepWait();  // inputs written by the kernel before (programmatic dependent launch)
   if (threadIdx.x < 32)
     PlanAndWritePart(p.bounds, p.B, p.G, p.cap, s.num_parts, s.seg + SegRow(p),
-                     s.part + blockIdx.y * kMaxParts + blockIdx.x, s.batch);
+                     s.part + blockIdx.y * kMaxParts + blockIdx.x, s.batch, s.seg_cost);
   __syncthreads();  // the tables are read by other threads
 }
 __device__ __forceinline__ int2 PartRange(const Params& p, const Sched& s) {
@@ -1305,6 +1311,25 @@ int Nv4L2FromEnv() {
   return mode;
 }
 
+// The split-KV schedule's cost of starting a segment, in KV tiles, from HELIX_MLA_DECODE_SEG_COST (auto, or an integer
+// 1..64), read once: 0 for auto (Launch picks kSegOverhead, or kMid8SegCost for mla_mid_q8s), -1 for anything else. A
+// part that holds the end of one sequence and the start of the next pays a second Q load, o store and pipeline start
+// (mla_mid_q8s at H=16 G=4 B=64 on the H200: its two-segment CTAs end 15-25 us, ~11-18 tiles, after the one-segment
+// ones; session 27's trace), and the kernel ends with its slowest CTA: a larger cost gives those parts fewer tiles.
+// Measured (session 29, B=64 L=64K, two rounds): cost 8 made mla_mid_q8s 0.5 % faster (two terms H=16 G=4 0.9079 /
+// 0.9097 vs 0.9135 / 0.9136 ms, one term 0.7333 / 0.7347 vs 0.7382 / 0.7381), the bf16 seesaw / small kernels equal;
+// cost 20 was slower everywhere.
+int SegCostFromEnv() {
+  static const int v = [] {
+    const char* e = std::getenv("HELIX_MLA_DECODE_SEG_COST");
+    if (e == nullptr || std::strcmp(e, "auto") == 0) return 0;
+    char* end = nullptr;
+    const long n = std::strtol(e, &end, 10);
+    return end != e && *end == '\0' && n >= 1 && n <= kMaxSegOverhead ? (int)n : -1;
+  }();
+  return v;
+}
+
 // L2 promotion of every KV-pool tensor map, from HELIX_MLA_DECODE_TMA_L2 (128 | 256 | none; default 128), read once.
 // Streaming random 64-token pages as the kernels do (one box of [64 rows x 128 B] per column block), 256-byte
 // promotion held one CTA per SM to 4.05-4.08 TB/s (1 KB rows) / 3.90-3.93 (512 B rows), 128-byte or none to 4.40 /
@@ -1595,6 +1620,9 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
         "helix_mla_decode: HELIX_MLA_DECODE_LOAD must be auto, cpasync, tma_evict_first, tma or tma_multicast");
   if (TmaL2FromEnv() < 0)
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_TMA_L2 must be 128, 256 or none");
+  if (SegCostFromEnv() < 0)
+    return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_SEG_COST must be auto or an integer from 1 to " +
+                                       std::to_string(kMaxSegOverhead));
   if (kFmt != kFmtNative && Nv4L2FromEnv() < 0)
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_NV4_L2 must be on or off");
   if (kFmt == kFmtNvfp4 && Nv4MathFromEnv() < 0)
@@ -1615,8 +1643,12 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
   const bool seesaw = kFmt == kFmtNative && (mode == kSeesaw || (mode == kSmallGh && p.GH > kSmRows));
   const int num_parts = MainParts<kBf16>(p, num_sms, mtiles, seesaw);
   const WsLayout l = Layout(p.B, p.GH);
+  // (auto: kMid8SegCost where fp8 pages past 16 query rows run mla_mid_q8s, the only kernel it measured faster for)
+  const bool mid8s = kFmt == kFmtFp8 && mode == kSmallQ8 && p.GH > kSmRows && Mid8FromEnv() != 0 &&
+                     !(Mid8FromEnv() == 1 && p.P % kTokTile == 0);
+  const int seg_cost = SegCostFromEnv() > 0 ? SegCostFromEnv() : mid8s ? kMid8SegCost : kSegOverhead;
   Sched s{reinterpret_cast<int4*>(ws + l.seg), reinterpret_cast<int2*>(ws + l.part), reinterpret_cast<int2*>(ws + l.batch),
-          num_parts};
+          num_parts, seg_cost};
   p.lse_part = reinterpret_cast<float*>(ws + l.lse);
   p.o_part = reinterpret_cast<uint16_t*>(ws + l.o);
   if (kFmt != kFmtNative && mode == kSmallQ8 && p.GH <= kSmRows) {  // the raw-tile kernel of the page format
