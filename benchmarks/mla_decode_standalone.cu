@@ -232,7 +232,7 @@ static void Run(Dev& d, const QParams& qp = QParams{}, int part = 0) {
   const int num_parts = MainParts<true>(p, d.num_sms, mtiles, kMode == kSeesaw && kFmt == kFmtNative, kVar);
   const WsLayout l = Layout(p.B, p.GH);
   Sched s{reinterpret_cast<int4*>(d.ws + l.seg), reinterpret_cast<int2*>(d.ws + l.part), reinterpret_cast<int2*>(d.ws + l.batch),
-          num_parts, SegCostFromEnv() > 0 ? SegCostFromEnv() : kSegOverhead};
+          num_parts, SegCost(false)};  // (auto: 1 for every kernel here)
   p.lse_part = reinterpret_cast<float*>(d.ws + l.lse);
   p.o_part = reinterpret_cast<uint16_t*>(d.ws + l.o);
   if (part <= 1) CK((LaunchMain<true, kMode, kFmt, kVar>(p, s, num_parts, mtiles, 0, qp)));

@@ -1329,6 +1329,9 @@ int SegCostFromEnv() {
   }();
   return v;
 }
+// The segment cost a launch uses: the variable's, else (auto) kMid8SegCost for mla_mid_q8s and kSegOverhead for the
+// other kernels (Launch reports a bad value before it gets here).
+int SegCost(bool mid8s) { return SegCostFromEnv() > 0 ? SegCostFromEnv() : mid8s ? kMid8SegCost : kSegOverhead; }
 
 // L2 promotion of every KV-pool tensor map, from HELIX_MLA_DECODE_TMA_L2 (128 | 256 | none; default 128), read once.
 // Streaming random 64-token pages as the kernels do (one box of [64 rows x 128 B] per column block), 256-byte
@@ -1643,12 +1646,12 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
   const bool seesaw = kFmt == kFmtNative && (mode == kSeesaw || (mode == kSmallGh && p.GH > kSmRows));
   const int num_parts = MainParts<kBf16>(p, num_sms, mtiles, seesaw);
   const WsLayout l = Layout(p.B, p.GH);
-  // (auto: kMid8SegCost where fp8 pages past 16 query rows run mla_mid_q8s, the only kernel it measured faster for)
-  const bool mid8s = kFmt == kFmtFp8 && mode == kSmallQ8 && p.GH > kSmRows && Mid8FromEnv() != 0 &&
-                     !(Mid8FromEnv() == 1 && p.P % kTokTile == 0);
-  const int seg_cost = SegCostFromEnv() > 0 ? SegCostFromEnv() : mid8s ? kMid8SegCost : kSegOverhead;
+  // fp8 pages past 16 query rows (the branch below): HELIX_MLA_DECODE_MID8 picks the decoding seesaw (decode, on whole
+  // 64-token pages), mla_mid_q8 (lockstep) or mla_mid_q8s (else); the schedule's segment cost depends on it too.
+  const bool mid8_decode = Mid8FromEnv() == 1 && p.P % kTokTile == 0;
+  const bool mid8s = kFmt == kFmtFp8 && mode == kSmallQ8 && p.GH > kSmRows && Mid8FromEnv() != 0 && !mid8_decode;
   Sched s{reinterpret_cast<int4*>(ws + l.seg), reinterpret_cast<int2*>(ws + l.part), reinterpret_cast<int2*>(ws + l.batch),
-          num_parts, seg_cost};
+          num_parts, SegCost(mid8s)};
   p.lse_part = reinterpret_cast<float*>(ws + l.lse);
   p.o_part = reinterpret_cast<uint16_t*>(ws + l.o);
   if (kFmt != kFmtNative && mode == kSmallQ8 && p.GH <= kSmRows) {  // the raw-tile kernel of the page format
@@ -1668,16 +1671,14 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
   } else if (kFmt == kFmtFp8 && mode == kSmallQ8) {  // fp8, G*H > 16: mla_mid_q8s / mla_mid_q8, one CTA per 64 rows
     if constexpr (kFmt == kFmtFp8) {
       // HELIX_MLA_DECODE_MID8 picks the kernel, HELIX_MLA_DECODE_FP8_S its S accumulation (512: chains added in f32).
-      const int mid8 = Mid8FromEnv();
-      const bool seesaw = mid8 != 0;  // (decode where P % 64 != 0: mla_mid_q8s)
-      const bool one = seesaw && Fp8QFromEnv() != 0, f32 = one ? Fp8SFromEnv() == 1 : Fp8SF32(p.GH);
-      if (mid8 == 1 && p.P % kTokTile == 0)
+      const bool one = mid8s && Fp8QFromEnv() != 0, f32 = one ? Fp8SFromEnv() == 1 : Fp8SF32(p.GH);
+      if (mid8_decode)
         HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmt>(p, s, num_parts, mtiles, stream, qp)));
       else if (one) {  // one E4M3 term of Q
         if (f32) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 16384 | 512 | 65536>(p, s, num_parts, mtiles, stream, qp)));
         else HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 16384 | 65536>(p, s, num_parts, mtiles, stream, qp)));
-      } else if (seesaw && f32) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 16384 | 512>(p, s, num_parts, mtiles, stream, qp)));
-      else if (seesaw) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 16384>(p, s, num_parts, mtiles, stream, qp)));
+      } else if (mid8s && f32) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 16384 | 512>(p, s, num_parts, mtiles, stream, qp)));
+      else if (mid8s) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 16384>(p, s, num_parts, mtiles, stream, qp)));
       else if (f32) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt, 512>(p, s, num_parts, mtiles, stream, qp)));
       else HELIX_CUDA_CHECK((LaunchMain<kBf16, kMidQ8, kFmt>(p, s, num_parts, mtiles, stream, qp)));
     }
