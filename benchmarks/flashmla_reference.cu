@@ -161,12 +161,16 @@ struct Problem {
     CK(cudaMemcpy(hl.data(), lse, hl.size() * sizeof(float), cudaMemcpyDeviceToHost));
     max_o = max_lse = 0.0;
     const double scale = 1.0 / std::sqrt((double)kDk);
+    // token t of sequence b in the host copy of the paged cache
+    auto krow = [&](int b, int t) {
+      return &hk[((size_t)htable[(size_t)b * pages_per_seq + t / kPage] * kPage + t % kPage) * kDk];
+    };
     for (int b : {0, B - 1}) {
       for (int r = 0; r < rows; r += std::max(rows / 8, 1)) {
         std::vector<double> s(L);
         double m = -INFINITY;
         for (int t = 0; t < L; ++t) {
-          const bf16* kr = &hk[((size_t)htable[(size_t)b * pages_per_seq + t / kPage] * kPage + t % kPage) * kDk];
+          const bf16* kr = krow(b, t);
           const bf16* qr = &hq[((size_t)b * rows + r) * kDk];
           double acc = 0.0;
           for (int d = 0; d < kDk; ++d) acc += (double)(float)qr[d] * (double)(float)kr[d];
@@ -178,7 +182,7 @@ struct Problem {
         for (int t = 0; t < L; ++t) {
           const double p = std::exp(s[t] - m);
           sum += p;
-          const bf16* kr = &hk[((size_t)htable[(size_t)b * pages_per_seq + t / kPage] * kPage + t % kPage) * kDk];
+          const bf16* kr = krow(b, t);
           for (int d = 0; d < kDv; ++d) ov[d] += p * (double)(float)kr[d];
         }
         for (int d = 0; d < kDv; ++d)

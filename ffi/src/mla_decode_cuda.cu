@@ -57,7 +57,7 @@ constexpr int kSmemBytes = 3 * kTileElems * 2 + kRowsTile * kTokTile * 2 + 2 * k
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kSegOverhead = 1;                       // cost of starting a segment, in KV tiles (HELIX_MLA_DECODE_SEG_COST=auto)
-constexpr int kMid8SegCost = 8;                       // the same for mla_mid_q8s under auto (SegCostFromEnv)
+constexpr int kMid8SegCost = 8;                       // the same for mla_mid_q8s under auto (SegCost)
 constexpr int kMaxSegOverhead = 64;                   // the largest HELIX_MLA_DECODE_SEG_COST (CostFits holds for it)
 constexpr int kMaxParts = 160;                        // >= SMs of any Hopper part; mirrors ffi.py MAX_PARTS
 
