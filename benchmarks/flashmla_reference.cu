@@ -11,7 +11,7 @@
 //     -I$CUTLASS/include -I$CUTLASS/tools/util/include benchmarks/flashmla_reference.cu \
 //     $FM/csrc/sm90/decode/dense/instantiations/bf16.cu $FM/csrc/smxx/decode/combine/combine.cu \
 //     $FM/csrc/smxx/decode/get_decoding_sched_meta/get_decoding_sched_meta.cu -lcuda -o flashmla_reference
-//   ./flashmla_reference [iterations, default 20]
+//   ./flashmla_reference [iterations, default 20] [B:G:H:L ...]   (shapes, default: the issue's eight)
 //
 // Prints, per shape (B, G = s_q, H = h_q, L), the mean ms of one decode call (scheduler + main + combine, as FlashMLA's
 // Python API runs them) and of the main kernel alone, over `iterations` back-to-back calls after two warm-up calls
@@ -214,8 +214,20 @@ int main(int argc, char** argv) {
                 eo < 2e-2 && el < 1e-3 ? "PASS" : "FAIL");
   }
   struct Shape { int B, G, H, L; };
-  const Shape shapes[] = {{64, 1, 128, 65536}, {16, 1, 128, 65536}, {16, 4, 128, 65536}, {64, 4, 128, 65536},
-                          {64, 4, 64, 65536},  {1, 1, 128, 65536},  {64, 1, 16, 65536},  {64, 4, 16, 65536}};
+  std::vector<Shape> shapes = {{64, 1, 128, 65536}, {16, 1, 128, 65536}, {16, 4, 128, 65536}, {64, 4, 128, 65536},
+                               {64, 4, 64, 65536},  {1, 1, 128, 65536},  {64, 1, 16, 65536},  {64, 4, 16, 65536}};
+  if (argc > 2) {  // shapes given as B:G:H:L (e.g. 64:1:128:65536) replace the default list
+    shapes.clear();
+    for (int i = 2; i < argc; ++i) {
+      Shape sh{};
+      if (std::sscanf(argv[i], "%d:%d:%d:%d", &sh.B, &sh.G, &sh.H, &sh.L) != 4 || sh.B < 1 || sh.G < 1 || sh.H < 1 ||
+          sh.L < kPage || sh.L % kPage != 0) {
+        std::fprintf(stderr, "shape %s: expected B:G:H:L with positive B, G, H and L a multiple of %d\n", argv[i], kPage);
+        return 2;
+      }
+      shapes.push_back(sh);
+    }
+  }
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
