@@ -12,6 +12,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
@@ -343,9 +345,15 @@ ffi::Error CombineCuda(cudaStream_t stream, ffi::AnyBuffer payload, ffi::Result<
 // Pointers to the peers' buffers and flag blocks come from the host rendezvous (peer_rendezvous.h).
 constexpr int kPeerDefaultBlocks = 256;  // HELIX_PEER_BLOCKS; measured best (results/peer_a2a_sweep_*)
 
+// The value of env var `name` as a whole decimal integer; `fallback` where it is unset or empty, -1 where it is anything
+// else ("128x", "abc", out of int range), so the caller's range check names the variable instead of using a prefix.
 int EnvInt(const char* name, int fallback) {
   const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(v, &end, 10);
+  return end != v && *end == '\0' && errno == 0 && n >= INT_MIN && n <= INT_MAX ? (int)n : -1;
 }
 
 struct PeerArgs {
@@ -453,7 +461,7 @@ ffi::Error ExchangePeerCuda(cudaStream_t stream, int32_t ordinal, ffi::RunId run
   if (s.t * s.h == 0) return ffi::Error::Success();  // every rank sees the same shapes: all skip alike
   const int max_blocks = EnvInt("HELIX_PEER_BLOCKS", kPeerDefaultBlocks);
   if (max_blocks < 1 || max_blocks > kPeerBlocks)
-    return ffi::Error::InvalidArgument("HELIX_PEER_BLOCKS must be in [1, " + std::to_string(kPeerBlocks) + "]");
+    return ffi::Error::InvalidArgument("HELIX_PEER_BLOCKS must be an integer in [1, " + std::to_string(kPeerBlocks) + "]");
   const size_t slot_bytes = size_t(s.cp * s.t * s.hc * s.w * s.itemsize);
 
   static std::mutex mu;
