@@ -366,6 +366,12 @@ __device__ __forceinline__ uint64_t Desc(uint32_t addr, uint32_t lbo, uint32_t s
   return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFF) << 16) |
          ((uint64_t)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
+// Descriptor d moved on by `bytes` (a multiple of 16). The start-address field is addr >> 4 of a shared-memory address
+// below 2^18, so adding bytes >> 4 to the low word cannot carry into LBO: one add per k-step, where rebuilding the
+// descriptor from the address (add, mask, shift, or) put a chain of ~9 uniform instructions before each wgmma.
+__device__ __forceinline__ uint64_t DescAdd(uint64_t d, uint32_t bytes) {
+  return (d & 0xFFFFFFFF00000000ull) | (uint32_t)((uint32_t)d + (bytes >> 4));
+}
 __device__ __forceinline__ void WgFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void WgCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void WgWait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }

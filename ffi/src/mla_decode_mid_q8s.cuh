@@ -139,20 +139,21 @@ __device__ __forceinline__ void Wgmma_m64n64k32_e4m3_first(float (&d)[8][4], uin
 // S's wgmmas on block c of a raw tile at `base` (B: tokens) against E4M3 Q term `term` at q8a (A: query rows; 0 hi, 1 lo);
 // first: the tile's first step (overwrites s).
 __device__ __forceinline__ void S8Block(float (&s)[8][4], uint32_t base, uint32_t q8a, int c, int term, bool first = false) {
+  // Descriptors of the two bases, moved on per step by DescAdd (one add each, see mla_decode_cuda.cu).
   if (c < 4) {
+    const uint64_t dq = Desc(q8a, 16, 1024), dk = Desc(base, 16, 1024);
+    const uint32_t qo = c * (kM8QRows * 128) + term * (kM8Rows * 128), ko = c * (kTokTile * 128);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
       if (first && kk == 0)
-        Wgmma_m64n64k32_e4m3_first(s, Desc(q8a + c * (kM8QRows * 128) + term * (kM8Rows * 128), 16, 1024),
-                                   Desc(base + c * (kTokTile * 128), 16, 1024));
+        Wgmma_m64n64k32_e4m3_first(s, DescAdd(dq, qo), DescAdd(dk, ko));
       else
-        Wgmma_m64n64k32_e4m3(s, Desc(q8a + c * (kM8QRows * 128) + term * (kM8Rows * 128) + kk * 32, 16, 1024),
-                             Desc(base + c * (kTokTile * 128) + kk * 32, 16, 1024));
+        Wgmma_m64n64k32_e4m3(s, DescAdd(dq, qo + kk * 32), DescAdd(dk, ko + kk * 32));
   } else {
+    const uint64_t dq = Desc64(q8a), dk = Desc64(base);
+    const uint32_t qo = 4 * (kM8QRows * 128) + term * (kM8Rows * 64), ko = 4 * (kTokTile * 128);
 #pragma unroll
-    for (int kk = 0; kk < 2; ++kk)
-      Wgmma_m64n64k32_e4m3(s, Desc64(q8a + 4 * (kM8QRows * 128) + term * (kM8Rows * 64) + kk * 32),
-                           Desc64(base + 4 * (kTokTile * 128) + kk * 32));
+    for (int kk = 0; kk < 2; ++kk) Wgmma_m64n64k32_e4m3(s, DescAdd(dq, qo + kk * 32), DescAdd(dk, ko + kk * 32));
   }
 }
 
@@ -343,10 +344,20 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
       FenceAcc(oacc);
       WgFence();
       const uint32_t pta = p_a + par * kS8PBytes;
+      if constexpr ((kVar & 512) != 0) {
+        // Variant 512 keeps the descriptor rebuilt per step: moved on by DescAdd, ptxas spilled one more register there
+        // and its case (two terms, H=128 G=1) ran 2 % slower; the other variants gained 1-2.6 % (NOTES, session 32).
 #pragma unroll
-      for (int kk = 0; kk < 2; ++kk)
+        for (int kk = 0; kk < 2; ++kk)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) Wgmma_m64n64k32_e4m3_rs(oacc[i], a[kk][i], Desc(pta + 32 * kk, 16, 1024));
+          for (int i = 0; i < 4; ++i) Wgmma_m64n64k32_e4m3_rs(oacc[i], a[kk][i], Desc(pta + 32 * kk, 16, 1024));
+      } else {
+        const uint64_t dpt = Desc(pta, 16, 1024);
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) Wgmma_m64n64k32_e4m3_rs(oacc[i], a[kk][i], DescAdd(dpt, 32 * kk));
+      }
       WgCommit();
       // This thread's reads of the tile are done; released after the PV issue, where the wgmmas consumed the loaded
       // registers, so the fence waits for nothing (before it: 2-3.5 % slower, session 17).

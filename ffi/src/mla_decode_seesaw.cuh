@@ -910,6 +910,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
   const int lr0 = (wt >> 5) * 16 + (lane >> 2), lr1 = lr0 + 8;
   const uint32_t qa = SmemAddr(sQ), kb0 = SmemAddr(kbuf);
   constexpr uint32_t lbo = kBlockBytes, sbo = 1024;
+  const uint64_t dq = Desc(qa, 16, 1024);
   // nvfp4: codes * block scales are the pool's values times the global scale (helix_jax/quant.py)
   const float out_mul = kDec ? __frcp_rn(__ldg(qp.kv_scale)) : 1.f, sl2 = p.scale_log2 * out_mul;
   int kbase = 0, sc = 0;
@@ -1001,19 +1002,19 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       l1 *= a1;
       scale_acc(a0, a1, std::true_type{});
       const uint32_t base = kb0 + ((kbase + i) & 1) * kSsTileBytes;
-      const uint32_t pa = base + 8 * kBlockBytes, va = base + w * 4 * kBlockBytes;
+      const uint64_t dp = Desc(base + 8 * kBlockBytes, 16, 1024), dv = Desc(base + w * 4 * kBlockBytes, lbo, sbo);
       FenceRegs(acc);
       WgFence();
 #pragma unroll
       for (int kk = 0; kk < kTokTile / 16; ++kk)
-        WgmmaPV<kMB>(acc, Desc(pa + kk * 32, 16, 1024), Desc(va + kk * 16 * 128, lbo, sbo));
+        WgmmaPV<kMB>(acc, DescAdd(dp, kk * 32), DescAdd(dv, kk * 16 * 128));
       WgCommit();
       pend_oth = i;
     };
     auto pv_rs = [&](const uint32_t (&f)[4][4], int i) {
-      const uint32_t va = kb0 + ((kbase + i) & 1) * kSsTileBytes + w * 4 * kBlockBytes;
+      const uint64_t dv = Desc(kb0 + ((kbase + i) & 1) * kSsTileBytes + w * 4 * kBlockBytes, lbo, sbo);
 #pragma unroll
-      for (int kk = 0; kk < kTokTile / 16; ++kk) WgmmaPVrs<kMB>(acc, f[kk], Desc(va + kk * 16 * 128, lbo, sbo));
+      for (int kk = 0; kk < kTokTile / 16; ++kk) WgmmaPVrs<kMB>(acc, f[kk], DescAdd(dv, kk * 16 * 128));
     };
 
     // Own tile j (kOth: the other WG's tile j-1 is handled here too; every own tile but WG0's first).
@@ -1030,6 +1031,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       constexpr bool oth = decltype(oth_tag)::value;
       const int k = kbase + j, buf = k & 1, par = (k >> 1) & 1;
       const uint32_t base = kb0 + buf * kSsTileBytes;
+      const uint64_t dk = Desc(base, 16, 1024);
       SS_TRACE(kTrStart, k, wt == 0);
       WgWait0();
       FenceRegs(acc);
@@ -1054,7 +1056,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           const uint32_t off = c * kBlockBytes + kk * 32;
-          WgmmaS64<kMB>(sc4, Desc(qa + off, 16, 1024), Desc(base + off, 16, 1024));
+          WgmmaS64<kMB>(sc4, DescAdd(dq, off), DescAdd(dk, off));
         }
       };
       // Which comes first (attempt 49; TMA evict-first tiles, kLoad 2, only): where S_j's first block has not landed yet
