@@ -12,7 +12,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
@@ -21,6 +20,7 @@
 #include <string>
 #include <utility>
 
+#include "env_int.h"
 #include "exchange_common.h"
 #include "peer_rendezvous.h"
 
@@ -350,10 +350,8 @@ constexpr int kPeerDefaultBlocks = 256;  // HELIX_PEER_BLOCKS; measured best (re
 int EnvInt(const char* name, int fallback) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
-  char* end = nullptr;
-  errno = 0;
-  const long n = std::strtol(v, &end, 10);
-  return end != v && *end == '\0' && errno == 0 && n >= INT_MIN && n <= INT_MAX ? (int)n : -1;
+  int n;
+  return helix_ffi::ParseWholeInt(v, INT_MIN, INT_MAX, &n) ? n : -1;
 }
 
 struct PeerArgs {

@@ -43,6 +43,7 @@
 #include <string>
 #include <type_traits>
 
+#include "env_int.h"
 #include "mla_decode_common.h"
 #include "mla_decode_wgmma.h"
 
@@ -1329,9 +1330,8 @@ int SegCostFromEnv() {
   static const int v = [] {
     const char* e = std::getenv("HELIX_MLA_DECODE_SEG_COST");
     if (e == nullptr || std::strcmp(e, "auto") == 0) return 0;
-    char* end = nullptr;
-    const long n = std::strtol(e, &end, 10);
-    return end != e && *end == '\0' && n >= 1 && n <= kMaxSegOverhead ? (int)n : -1;
+    int n;
+    return ParseWholeInt(e, 1, kMaxSegOverhead, &n) ? n : -1;
   }();
   return v;
 }

@@ -344,20 +344,14 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
       FenceAcc(oacc);
       WgFence();
       const uint32_t pta = p_a + par * kS8PBytes;
-      if constexpr ((kVar & 512) != 0) {
-        // Variant 512 keeps the descriptor rebuilt per step: moved on by DescAdd, ptxas spilled one more register there
-        // and its case (two terms, H=128 G=1) ran 2 % slower; the other variants gained 1-2.6 % (NOTES, session 32).
+      const uint64_t dpt = Desc(pta, 16, 1024);
+      // Variant 512 keeps the descriptor rebuilt per step: moved on by DescAdd, ptxas spilled one more register there and
+      // its case (two terms, H=128 G=1) ran 2 % slower; the other variants gained 1-2.6 % (NOTES, session 32).
 #pragma unroll
-        for (int kk = 0; kk < 2; ++kk)
+      for (int kk = 0; kk < 2; ++kk)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) Wgmma_m64n64k32_e4m3_rs(oacc[i], a[kk][i], Desc(pta + 32 * kk, 16, 1024));
-      } else {
-        const uint64_t dpt = Desc(pta, 16, 1024);
-#pragma unroll
-        for (int kk = 0; kk < 2; ++kk)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) Wgmma_m64n64k32_e4m3_rs(oacc[i], a[kk][i], DescAdd(dpt, 32 * kk));
-      }
+        for (int i = 0; i < 4; ++i)
+          Wgmma_m64n64k32_e4m3_rs(oacc[i], a[kk][i], (kVar & 512) ? Desc(pta + 32 * kk, 16, 1024) : DescAdd(dpt, 32 * kk));
       WgCommit();
       // This thread's reads of the tile are done; released after the PV issue, where the wgmmas consumed the loaded
       // registers, so the fence waits for nothing (before it: 2-3.5 % slower, session 17).

@@ -1030,8 +1030,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
     auto own_tile = [&](int j, auto oth_tag) {
       constexpr bool oth = decltype(oth_tag)::value;
       const int k = kbase + j, buf = k & 1, par = (k >> 1) & 1;
-      const uint32_t base = kb0 + buf * kSsTileBytes;
-      const uint64_t dk = Desc(base, 16, 1024);
+      const uint64_t dk = Desc(kb0 + buf * kSsTileBytes, 16, 1024);
       SS_TRACE(kTrStart, k, wt == 0);
       WgWait0();
       FenceRegs(acc);
