@@ -332,6 +332,31 @@ def test_gpu_contract_load_paths(load):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("load", ["auto", "tma_evict_first", "tma"])
+def test_gpu_contract_pair_schedule(load):
+    """Every GPU contract case under HELIX_MLA_DECODE_SCHED=pair (read once per process: a subprocess), with the load
+    paths it runs on (auto and tma_evict_first: consumer-issued copies; tma: the producer's), three calls each, against
+    the oracle and bitwise against the first."""
+    import subprocess
+    env = dict(os.environ, HELIX_MLA_DECODE_SCHED="pair", HELIX_MLA_DECODE_LOAD=load)
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mla_decode_repeat.py"), "--runs", "3"],
+                         env=env, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
+
+
+@pytest.mark.gpu
+def test_gpu_bad_sched_env_names_the_variable():
+    """A bad HELIX_MLA_DECODE_SCHED value is an error naming the variable and its values."""
+    import subprocess
+    env = dict(os.environ, HELIX_MLA_DECODE_SCHED="pairs")
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mla_decode_repeat.py"), "--small", "--runs", "1"],
+                         env=env, capture_output=True, text=True, timeout=300)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0, out[-4000:]
+    assert "HELIX_MLA_DECODE_SCHED must be auto, seesaw or pair" in out, out[-4000:]
+
+
+@pytest.mark.gpu
 def test_gpu_bad_load_env_names_the_variable():
     """A bad HELIX_MLA_DECODE_LOAD value is an error naming the variable and its values, not a silent default."""
     import subprocess

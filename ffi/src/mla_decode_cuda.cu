@@ -1266,6 +1266,17 @@ int KernelModeFromEnv() {
   return mode;
 }
 
+// The 16-bit seesaw kernel's consumer schedule from HELIX_MLA_DECODE_SCHED, read once (experiment, session 31):
+// auto / seesaw = the tile-by-tile hand-off (own_tile); pair = tiles in pairs with one running max per pair and the
+// four PVs of a pair in flight together (mla_seesaw kVar bit 16; TMA loads only, cp.async tiles keep seesaw). Under
+// pair, evict-first TMA (auto, tma_evict_first, tma_multicast) has the consumers issue every copy themselves; tma keeps the
+// producer (attempt 66's form: 21 % slower than seesaw at H=128 G=1 B=64, benchmarks/NOTES.md session 31).
+// Returns the LaunchMain kVar bit (2048 for pair), -1 for anything else.
+int SsSchedFromEnv() {
+  static const int mode = EnvChoice("HELIX_MLA_DECODE_SCHED", {{"auto", 0}, {"seesaw", 0}, {"pair", 2048}});
+  return mode;
+}
+
 // KV load path of the seesaw kernel from HELIX_MLA_DECODE_LOAD, read once: auto (default) = tma_multicast
 // where the row tiles come in pairs, else tma_evict_first (session 7: multicast was 1-5 % faster with two or
 // more row tiles, and no slower at B = 1); tma_evict_first (TMA with an L2 evict-first hint where the page
@@ -1576,14 +1587,16 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
     if ((err = LaunchKernel(kernel, grid, dim3(kSsThreads), kSmemBytes, stream, nullptr, p, s, maps, qp)) != cudaSuccess)
       return err;
   } else if constexpr (kMode == kSeesaw) {
-    constexpr int kV = kVar & 7;
-    const int load = SeesawLoad<kBf16>(p, mtiles, kVar);
+    constexpr int kV = kVar & 7, kVp = kV | ((kVar & 2048) ? 16 : 0);  // kVar bit 2048: the pair schedule (TMA loads)
+    int load = SeesawLoad<kBf16>(p, mtiles, kVar);
     if (load < 0) return cudaErrorInvalidValue;  // Launch checks the variable first and names it
+    if ((kVar & 2048) && load == 3) load = 2;      // the pair schedule issues its own copies: evict-first, no clusters
     SsMaps maps{};
     if (load != 0 && (err = EncodeKvMaps(p, &maps)) != cudaSuccess) return err;
     // One instantiation per load path, each with its own per-device shared-memory opt-in flags.
-    static decltype(&mla_seesaw<kBf16, kV, 0>) const kernels[4] = {mla_seesaw<kBf16, kV, 0>, mla_seesaw<kBf16, kV, 1>,
-                                                                   mla_seesaw<kBf16, kV, 2>, mla_seesaw<kBf16, kV, 3>};
+    // The pair schedule (kVp): kLoad 1 refilled by the producer, kLoad 2 by the consumers themselves (kSelf).
+    static decltype(&mla_seesaw<kBf16, kV, 0>) const kernels[4] = {mla_seesaw<kBf16, kV, 0>, mla_seesaw<kBf16, kVp, 1>,
+                                                                   mla_seesaw<kBf16, kVp, 2>, mla_seesaw<kBf16, kV, 3>};
     static std::atomic<uint64_t> ready_by_load[4];
     if ((err = OptInSharedMemory(kernels[load], kSsSmemBytes, ready_by_load[load])) != cudaSuccess) return err;
     if (load == 3) {  // clusters of the two row tiles of a part (the caller sized num_parts: SeesawClusterParts)
@@ -1627,6 +1640,8 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
   if (kFmt == kFmtNative && LoadModeFromEnv() < 0)
     return ffi::Error::InvalidArgument(
         "helix_mla_decode: HELIX_MLA_DECODE_LOAD must be auto, cpasync, tma_evict_first, tma or tma_multicast");
+  if (kFmt == kFmtNative && SsSchedFromEnv() < 0)
+    return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_SCHED must be auto, seesaw or pair");
   if (TmaL2FromEnv() < 0)
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_TMA_L2 must be 128, 256 or none");
   if (SegCostFromEnv() < 0)
@@ -1698,6 +1713,7 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
     if (mode != kWgmma) HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmmaPipe, kFmt>(p, s, num_parts, mtiles, stream, qp)));
     else HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmma, kFmt>(p, s, num_parts, mtiles, stream, qp)));
   } else if (mode == kMma) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMma>(p, s, num_parts, mtiles, stream)));
+  else if (seesaw && SsSchedFromEnv() == 2048) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmtNative, 2048>(p, s, num_parts, mtiles, stream)));
   else if (seesaw) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw>(p, s, num_parts, mtiles, stream)));
   else if (mode == kSmallGh) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallGh>(p, s, num_parts, mtiles, stream)));
   else HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmma>(p, s, num_parts, mtiles, stream)));
