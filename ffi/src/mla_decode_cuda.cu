@@ -1511,12 +1511,14 @@ int SeesawClusters() {
 // The seesaw kernel's load path for this call: the env's (or kVarLoad's: kVar bits 8 / 16 / 32 / 64 of the
 // standalone driver force cp.async / TMA / TMA evict-first / multicast), reduced to what the shape allows:
 // TMA needs 64 consecutive pool rows per tile (P % 64 == 0), multicast pairs of row tiles (and, for auto,
-// a device where such clusters fit: else evict-first TMA). -1: bad env value.
+// a device where such clusters fit: else evict-first TMA); under the pair schedule (kvar bit 2048) evict-first TMA takes the
+// place of multicast. -1: bad env value.
 template <bool kBf16>
 int SeesawLoad(const Params& p, int mtiles, int kvar = 0) {
   int load = (kvar & 8) ? 0 : (kvar & 16) ? 1 : (kvar & 32) ? 2 : (kvar & 64) ? 3 : LoadModeFromEnv();
   if (load < 0) return load;
   if (p.P % kTokTile != 0) return 0;
+  if ((kvar & 2048) && (load == 3 || load == 4)) return 2;  // the pair schedule issues its own copies: no clusters
   if (load == 4) return mtiles % 2 == 0 && SeesawClusters<kBf16>() > 0 ? 3 : 2;  // no cluster query for odd tiles
   if (load == 3 && mtiles % 2 != 0) return 2;
   return load;
@@ -1588,9 +1590,8 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
       return err;
   } else if constexpr (kMode == kSeesaw) {
     constexpr int kV = kVar & 7, kVp = kV | ((kVar & 2048) ? 16 : 0);  // kVar bit 2048: the pair schedule (TMA loads)
-    int load = SeesawLoad<kBf16>(p, mtiles, kVar);
+    const int load = SeesawLoad<kBf16>(p, mtiles, kVar);
     if (load < 0) return cudaErrorInvalidValue;  // Launch checks the variable first and names it
-    if ((kVar & 2048) && load == 3) load = 2;      // the pair schedule issues its own copies: evict-first, no clusters
     SsMaps maps{};
     if (load != 0 && (err = EncodeKvMaps(p, &maps)) != cudaSuccess) return err;
     // One instantiation per load path, each with its own per-device shared-memory opt-in flags.
@@ -1665,7 +1666,7 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
   Params p = base;
   const int mtiles = (p.GH + kRowsTile - 1) / kRowsTile;
   const bool seesaw = kFmt == kFmtNative && (mode == kSeesaw || (mode == kSmallGh && p.GH > kSmRows));
-  const int num_parts = MainParts<kBf16>(p, num_sms, mtiles, seesaw);
+  const int num_parts = MainParts<kBf16>(p, num_sms, mtiles, seesaw, kFmt == kFmtNative ? SsSchedFromEnv() : 0);
   const WsLayout l = Layout(p.B, p.GH);
   // fp8 pages past 16 query rows (the branch below): HELIX_MLA_DECODE_MID8 picks the decoding seesaw (decode, on whole
   // 64-token pages), mla_mid_q8 (lockstep) or mla_mid_q8s (else); the schedule's segment cost depends on it too.
