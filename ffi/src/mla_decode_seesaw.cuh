@@ -1217,7 +1217,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       // Blocks [q0, q1) of S_j in the producer's refill order (own V half, rope, other half), each once it has landed.
       auto s_blocks = [&](float (&sc)[8][4], int j, int q0, int q1) {
         const int k = kbase + j, buf = k & 1, par = (k >> 1) & 1;
-        const uint32_t base = kb0 + buf * kSsTileBytes;
+        const uint64_t dk = Desc(kb0 + buf * kSsTileBytes, 16, 1024);
 #pragma unroll
         for (int q = 0; q < 9; ++q) {
           if (q < q0 || q >= q1) continue;
@@ -1228,7 +1228,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk) {
             const uint32_t off = c * kBlockBytes + kk * 32;
-            WgmmaS64<kMB>(sc, Desc(qa + off, 16, 1024), Desc(base + off, 16, 1024));
+            WgmmaS64<kMB>(sc, DescAdd(dq, off), DescAdd(dk, off));
           }
         }
       };
@@ -1296,12 +1296,12 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       };
       // O_half += P_i V_i (this WG's half) with P_i from tile i's rope block (SS).
       auto pv_ss = [&](int i) {
-        const uint32_t base = tile_addr(i), pa = base + 8 * kBlockBytes, va = base + w * 4 * kBlockBytes;
+        const uint32_t base = tile_addr(i);
+        const uint64_t dp = Desc(base + 8 * kBlockBytes, 16, 1024), dv = Desc(base + w * 4 * kBlockBytes, lbo, sbo);
         FenceRegs(acc);
         WgFence();
 #pragma unroll
-        for (int kk = 0; kk < kTokTile / 16; ++kk)
-          WgmmaPV<kMB>(acc, Desc(pa + kk * 32, 16, 1024), Desc(va + kk * 16 * 128, lbo, sbo));
+        for (int kk = 0; kk < kTokTile / 16; ++kk) WgmmaPV<kMB>(acc, DescAdd(dp, kk * 32), DescAdd(dv, kk * 16 * 128));
         WgCommit();
       };
       auto pv_own = [&](const uint32_t (&pa)[4][4], int i) {
@@ -1404,18 +1404,22 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
           pv_ss(t + 1);
         }
         if constexpr (kNext) {
-          // Tile t + 1's non-owner half and P block go back before S_{t+2} waits for its data: FlashMLA releases them
-          // after the first blocks of S_{t+2} are issued, which with this kernel's refill latency (~2 us under load)
-          // held tile t + 3's loads back by as long as those blocks took to land (session 31, attempt 66).
+          // S_{t+2}'s first blocks (this WG's V half, issued once PV_t retired, so most likely landed) go into the tensor
+          // pipe behind P_{t+1} V_{t+1} before anything waits for that PV (FlashMLA's order; attempts 66-67 waited for it
+          // first, which left the pipe without this WG's work for a PV's length per pair; attempt 69). Tile t + 1's
+          // non-owner half and P block go back, and tile t + 3's copies out, once that PV has retired (wait_group 1:
+          // the S blocks may still run); then the rest of S_{t+2}.
+          s_zero(sc4);
+          s_blocks(sc4, t + 2, 0, 4);
+          WgCommit();
           if constexpr (kHas1) {
-            WgWait0();
+            WgWait<1>();
             FenceRegs(acc);
             empty_arrive(buf1, 2);
             empty_arrive(buf1, 1);
             if (t + 3 < n) issue(t + 3, y3, 0, 4, true);  // tile t + 1's left half and P block are free
           }
-          s_zero(sc4);
-          s_blocks(sc4, t + 2, 0, 9);
+          s_blocks(sc4, t + 2, 4, 9);
           WgCommit();
           WgWait0();
           FenceRegs(sc4);
