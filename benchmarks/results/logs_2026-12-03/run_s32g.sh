@@ -5,6 +5,7 @@
 # by DescAdd. Build from the branch: the library into .carry/lib_pf (cmake with HELIX_OUT_DIR=$PWD/.carry/lib_pf, target
 # helix_jax_ffi_cuda; copy helix_jax/_lib/libhelix_jax_ffi_cpu.so beside it) and the standalone driver into
 # .carry/mla_standalone_pf (benchmarks/mla_decode_standalone.cu's header has the nvcc line); .carry/lib_head = main's library.
+# Run it from a checkout of wip/pair-fill (its pytest cases and standalone modes live on the branch).
 # (1) standalone dschk pair / pairtail against the double reference; (2) every GPU contract case twice under JAX with
 # SCHED=pair (oracle + bitwise), then the pair-schedule pytest cases; (3) alternating rounds pair / seesaw at H=128 G=1 / G=4,
 # B = 16 / 64, L=64K, with the evict-first seesaw once for the like-for-like comparison.
