@@ -1599,12 +1599,14 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
     static decltype(&mla_seesaw<kBf16, kV, 0>) const kernels[4] = {mla_seesaw<kBf16, kV, 0>, mla_seesaw<kBf16, kVp, 1>,
                                                                    mla_seesaw<kBf16, kVp, 2>, mla_seesaw<kBf16, kV, 3>};
     static std::atomic<uint64_t> ready_by_load[4];
-    if ((err = OptInSharedMemory(kernels[load], kSsSmemBytes, ready_by_load[load])) != cudaSuccess) return err;
+    // The pair schedule with consumer-issued copies (kVp, load 2) also has WG0's P block (kSsSmemBytesP0).
+    const int smem = (kVar & 2048) != 0 && load == 2 ? kSsSmemBytesP0 : kSsSmemBytes;
+    if ((err = OptInSharedMemory(kernels[load], smem, ready_by_load[load])) != cudaSuccess) return err;
     if (load == 3) {  // clusters of the two row tiles of a part (the caller sized num_parts: SeesawClusterParts)
       const cudaLaunchAttribute attr = SeesawPairAttr();
       return LaunchKernel(kernels[load], grid, dim3(kSsThreads), kSsSmemBytes, stream, &attr, p, s, maps, QParams{});
     }
-    if ((err = LaunchKernel(kernels[load], grid, dim3(kSsThreads), kSsSmemBytes, stream, nullptr, p, s, maps, QParams{})) !=
+    if ((err = LaunchKernel(kernels[load], grid, dim3(kSsThreads), smem, stream, nullptr, p, s, maps, QParams{})) !=
         cudaSuccess)
       return err;
   } else {

@@ -68,6 +68,10 @@ constexpr int kSsStageOff = ((kSsSmemBytes - 1024 + 1023) / 1024) * 1024;
 constexpr int kSsStageBytes = 4096 + 2048;
 constexpr int kSsSmemBytesStage = kSsStageOff + kSsStageBytes + 1024;
 static_assert(kSsSmemBytesStage <= 232448, "the staging slot must fit the H200's 227 KB of shared memory per block");
+// The pair schedule with consumer-issued copies (kSelf) keeps WG0's P in a block of its own at kSsStageOff (FlashMLA's
+// sP0; attempt 70), so a tile's rope block is free once its S is done: 227 KB exactly.
+constexpr int kSsSmemBytesP0 = kSsStageOff + 64 * 64 * 2 + 1024;
+static_assert(kSsSmemBytesP0 <= 232448, "WG0's P block must fit the H200's 227 KB of shared memory per block");
 
 struct SsBars {
   uint64_t full[2][9];   // per buffer, per 64-column block: 128 producer arrivals (cp.async) or 1 (+ bytes: TMA)
@@ -1286,18 +1290,21 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
           pa[nt >> 1][(nt & 1) * 2 + 1] = Pack2<kMB>(sc[nt][2] * f1, sc[nt][3] * f1);
         }
       };
-      // P of tile j into its rope block (dead once S_j is done) for the other WG; stmatrix as own_tile's.
-      auto store_p = [&](const uint32_t (&pa)[4][4], int j) {
-        const uint32_t sPj = tile_addr(j) + 8 * kBlockBytes;
+      // P of tile j for the other WG: into its rope block (dead once S_j is done), or (p0: kSelf, WG0's P of a whole pair)
+      // into the P block of its own at kSsStageOff, which WG1 has stopped reading once it published the pair's M'
+      // (its PV of the previous pair retired before its S of this pair); stmatrix as own_tile's.
+      const uint32_t sP0a = SmemAddr(smem + kSsStageOff);
+      auto store_p = [&](const uint32_t (&pa)[4][4], int j, bool p0 = false) {
+        const uint32_t sPj = p0 ? sP0a : tile_addr(j) + 8 * kBlockBytes;
         const int mrow = (wt >> 5) * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), mch = lane >> 4;
 #pragma unroll
         for (int i = 0; i < 4; ++i) StMatrixX4(sPj + 2 * TileOff(mrow, 2 * i + mch), pa[i][0], pa[i][1], pa[i][2], pa[i][3]);
         FenceProxyAsync();  // P stores (generic) -> the other WG's wgmma (async proxy)
       };
-      // O_half += P_i V_i (this WG's half) with P_i from tile i's rope block (SS).
-      auto pv_ss = [&](int i) {
+      // O_half += P_i V_i (this WG's half) with P_i from tile i's rope block or (p0) WG0's P block (SS).
+      auto pv_ss = [&](int i, bool p0 = false) {
         const uint32_t base = tile_addr(i);
-        const uint64_t dp = Desc(base + 8 * kBlockBytes, 16, 1024), dv = Desc(base + w * 4 * kBlockBytes, lbo, sbo);
+        const uint64_t dp = Desc(p0 ? sP0a : base + 8 * kBlockBytes, 16, 1024), dv = Desc(base + w * 4 * kBlockBytes, lbo, sbo);
         FenceRegs(acc);
         WgFence();
 #pragma unroll
@@ -1385,7 +1392,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         WgWait0();
         FenceRegs(acc);
         empty_arrive(buft, 0);  // this WG's V half of tile t (read by this WG alone)
-        if constexpr (kNext) issue(t + 2, y2, 0, 4, false);
+        if constexpr (kNext) issue(t + 2, y2, 0, 4, kSelf);  // kSelf: with the rope block (P_t goes to sP0)
         if constexpr (kHas1) {
           NamedBarSync(kBarS1, 256);  // M' published
           const float M0 = sM[64 + lr0], M1 = sM[64 + lr1];
@@ -1393,7 +1400,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
           m0 = M0;
           m1 = M1;
           pack(sc4, pa, b0, b1);
-          store_p(pa, t);
+          store_p(pa, t, kSelf);
           NamedBarArrive(kBarP0, 256);  // P_t (against M') stored
           empty_arrive(buft, 1);        // done with tile t's rope / P block
           l0 *= b0;
@@ -1468,7 +1475,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         pv_own(pa, t + 1);
         NamedBarSync(kBarP0, 256);  // P_t stored
         zero_tail(t);
-        pv_ss(t);
+        pv_ss(t, kSelf);
         NamedBarArrive(kBarP1, 256);  // P_{t+1} stored (before P_t's wait), P_t V_t issued
         if constexpr (kNext) {
           WgWait<1>();
@@ -1478,7 +1485,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
           FenceRegs(acc);
           empty_arrive(buft, 2);
           empty_arrive(buft, 1);
-          issue(t + 2, y2, 4, 8, true);  // tile t's right half and P block are free
+          issue(t + 2, y2, 4, 8, !kSelf);  // tile t's right half (and P block: kSelf issued it with the left half)
           s_zero(sc4);
           s_blocks(sc4, t + 3, 0, 9);
           WgCommit();
@@ -1491,7 +1498,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
           empty_arrive(buf1, 0);
           empty_arrive(buft, 2);
           empty_arrive(buft, 1);
-          if (t + 2 < n) issue(t + 2, y2, 4, 8, true);  // the segment's last tile, WG0's alone
+          if (t + 2 < n) issue(t + 2, y2, 4, 8, !kSelf);  // the segment's last tile, WG0's alone
         }
       };
       // WG1 when tile t (WG0's) is the segment's last: rescale to m', add P_t V_t.
