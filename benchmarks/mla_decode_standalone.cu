@@ -657,17 +657,20 @@ int main(int argc, char** argv) {
     // seesaw on the same case (the consumers' code is the same: a control for racecheck's reports on their hand-offs).
     // "dschk pair" / "pairp": the bf16 seesaw under the pair schedule (HELIX_MLA_DECODE_SCHED=pair) with consumer-issued
     // copies (evict-first TMA) / with the producer's (TMA); "pairtail": consumer-issued copies on sequences whose last
-    // tile is partial (the pool's NaN rows past each bound land in the tile and are zeroed before the PVs).
+    // tile is partial (the pool's NaN rows past each bound land in the tile and are zeroed before the PVs); "pairmc" /
+    // "pairmctail": the consumer-issued form with multicast over two row tiles (attempt 71; G = 8: 128 query rows).
     const std::string v = argv[2];
-    const bool fp8 = v == "fp8", bf16 = v == "bf16", pair = v == "pair" || v == "pairp" || v == "pairtail";
+    const bool mc = v == "pairmc" || v == "pairmctail";
+    const bool fp8 = v == "fp8", bf16 = v == "bf16", pair = v == "pair" || v == "pairp" || v == "pairtail" || mc;
     if (!fp8 && !bf16 && !pair && v != "nv4" && v != "nv4bf16" && v != "nv4stage" && v != "nv4stagebf16") {
-      std::printf("dschk: unknown variant %s (nv4, nv4bf16, nv4stage, nv4stagebf16, fp8, bf16, pair, pairp, pairtail)\n",
+      std::printf("dschk: unknown variant %s (nv4, nv4bf16, nv4stage, nv4stagebf16, fp8, bf16, pair, pairp, pairtail, "
+                  "pairmc, pairmctail)\n",
                   argv[2]);
       return 2;
     }
     std::vector<int> lens(16, 8192);
-    if (v == "pairtail") lens = {8000, 100, 63, 8191, 65, 1, 4097, 129, 8192, 7, 64, 191, 5000, 2, 3333, 127};
-    Case c = MakeCase(16, 4, 16, 64, lens, 65);
+    if (v == "pairtail" || v == "pairmctail") lens = {8000, 100, 63, 8191, 65, 1, 4097, 129, 8192, 7, 64, 191, 5000, 2, 3333, 127};
+    Case c = MakeCase(16, mc ? 8 : 4, 16, 64, lens, 65);
     // (MakeQuant replaces the reference values by the dequantized codes: the bf16 control keeps the case's own)
     QParams qp{};
     if (!bf16 && !pair) {
@@ -678,6 +681,7 @@ int main(int argc, char** argv) {
     const bool ok = RunChecked(c, d, scale, [&] {
       if (bf16) Run<kSeesaw>(d);
       else if (v == "pairp") Run<kSeesaw, kFmtNative, 2048 | 16>(d);  // (LaunchMain kVar 16: TMA, the producer's copies)
+      else if (mc) Run<kSeesaw, kFmtNative, 2048 | 64>(d);            // (64: multicast TMA, the consumers' copies)
       else if (pair) Run<kSeesaw, kFmtNative, 2048 | 32>(d);          // (32: evict-first TMA, the consumers' copies)
       else if (fp8) Run<kSeesaw, kFmtFp8>(d, qp);
       else if (v == "nv4") Run<kSeesaw, kFmtNvfp4, 8>(d, qp);

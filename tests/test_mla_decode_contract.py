@@ -332,11 +332,11 @@ def test_gpu_contract_load_paths(load):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("load", ["auto", "tma_evict_first", "tma"])
+@pytest.mark.parametrize("load", ["auto", "tma_evict_first", "tma", "tma_multicast"])
 def test_gpu_contract_pair_schedule(load):
     """Every GPU contract case under HELIX_MLA_DECODE_SCHED=pair (read once per process: a subprocess), with the load
-    paths it runs on (auto and tma_evict_first: consumer-issued copies; tma: the producer's), three calls each, against
-    the oracle and bitwise against the first."""
+    paths it runs on (auto and tma_evict_first: consumer-issued copies; tma_multicast: the same, multicast over two row
+    tiles where they pair; tma: the producer's), three calls each, against the oracle and bitwise against the first."""
     import subprocess
     env = dict(os.environ, HELIX_MLA_DECODE_SCHED="pair", HELIX_MLA_DECODE_LOAD=load)
     res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mla_decode_repeat.py"), "--runs", "3"],

@@ -1269,7 +1269,8 @@ int KernelModeFromEnv() {
 // The 16-bit seesaw kernel's consumer schedule from HELIX_MLA_DECODE_SCHED, read once (experiment, session 31):
 // auto / seesaw = the tile-by-tile hand-off (own_tile); pair = tiles in pairs with one running max per pair and the
 // four PVs of a pair in flight together (mla_seesaw kVar bit 16; TMA loads only, cp.async tiles keep seesaw). Under
-// pair, evict-first TMA (auto, tma_evict_first, tma_multicast) has the consumers issue every copy themselves; tma keeps the
+// pair, evict-first TMA (auto, tma_evict_first) has the consumers issue every copy themselves, tma_multicast the same with
+// multicast over two row tiles (attempt 71); tma keeps the
 // producer (attempt 66's form: 21 % slower than seesaw at H=128 G=1 B=64, benchmarks/NOTES.md session 31).
 // Returns the LaunchMain kVar bit (2048 for pair), -1 for anything else.
 int SsSchedFromEnv() {
@@ -1518,7 +1519,8 @@ int SeesawLoad(const Params& p, int mtiles, int kvar = 0) {
   int load = (kvar & 8) ? 0 : (kvar & 16) ? 1 : (kvar & 32) ? 2 : (kvar & 64) ? 3 : LoadModeFromEnv();
   if (load < 0) return load;
   if (p.P % kTokTile != 0) return 0;
-  if ((kvar & 2048) && (load == 3 || load == 4)) return 2;  // the pair schedule issues its own copies: no clusters
+  // The pair schedule issues its own copies: auto takes evict-first TMA; tma_multicast its multicast form (attempt 71).
+  if ((kvar & 2048) && load == 4) return 2;
   if (load == 4) return mtiles % 2 == 0 && SeesawClusters<kBf16>() > 0 ? 3 : 2;  // no cluster query for odd tiles
   if (load == 3 && mtiles % 2 != 0) return 2;
   return load;
@@ -1597,14 +1599,14 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
     // One instantiation per load path, each with its own per-device shared-memory opt-in flags.
     // The pair schedule (kVp): kLoad 1 refilled by the producer, kLoad 2 by the consumers themselves (kSelf).
     static decltype(&mla_seesaw<kBf16, kV, 0>) const kernels[4] = {mla_seesaw<kBf16, kV, 0>, mla_seesaw<kBf16, kVp, 1>,
-                                                                   mla_seesaw<kBf16, kVp, 2>, mla_seesaw<kBf16, kV, 3>};
+                                                                   mla_seesaw<kBf16, kVp, 2>, mla_seesaw<kBf16, kVp, 3>};
     static std::atomic<uint64_t> ready_by_load[4];
     // The pair schedule with consumer-issued copies (kVp, load 2) also has WG0's P block (kSsSmemBytesP0).
-    const int smem = (kVar & 2048) != 0 && load == 2 ? kSsSmemBytesP0 : kSsSmemBytes;
+    const int smem = (kVar & 2048) != 0 && (load == 2 || load == 3) ? kSsSmemBytesP0 : kSsSmemBytes;
     if ((err = OptInSharedMemory(kernels[load], smem, ready_by_load[load])) != cudaSuccess) return err;
     if (load == 3) {  // clusters of the two row tiles of a part (the caller sized num_parts: SeesawClusterParts)
       const cudaLaunchAttribute attr = SeesawPairAttr();
-      return LaunchKernel(kernels[load], grid, dim3(kSsThreads), kSsSmemBytes, stream, &attr, p, s, maps, QParams{});
+      return LaunchKernel(kernels[load], grid, dim3(kSsThreads), smem, stream, &attr, p, s, maps, QParams{});
     }
     if ((err = LaunchKernel(kernels[load], grid, dim3(kSsThreads), smem, stream, nullptr, p, s, maps, QParams{})) !=
         cudaSuccess)

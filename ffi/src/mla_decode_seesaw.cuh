@@ -655,7 +655,8 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
   static_assert(!kPair || (!kDec && kLoad >= 1 && kLoad <= 3 && (kVar & 6) == 0), "the pair schedule: 16-bit TMA tiles");
   // kSelf (the pair schedule with evict-first TMA): the consumers issue every KV copy themselves, each buffer part the
   // moment the wgmma that read it last has retired (FlashMLA's way); the producer loads Q only.
-  constexpr bool kSelf = kPair && kLoad == 2;
+  // kLoad 3 (attempt 71): the same with multicast over the cluster's two row tiles (issue below).
+  constexpr bool kSelf = kPair && (kLoad == 2 || kLoad == 3);
   static_assert(!kStage || (kNv4 && (kVar & 4) == 0), "the staging slot: nvfp4 pages, no load-free probe");
   unsigned char* const stage = smem + kSsStageOff;  // (kStage only: the launch gives kSsSmemBytesStage)
   if (threadIdx.x == 0) {
@@ -663,7 +664,10 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       for (int c = 0; c < 9; ++c) MbarInit(&bars->full[b][c], kLoad && !kDec ? 1 : 128);
       if constexpr (kDec) MbarInit(&bars->raw[b], 1);
       if constexpr (kStage) MbarInit(&bars->stage, 1);
-      for (int c = 0; c < 3; ++c) MbarInit(&bars->empty[b][c], c == 0 ? (kMc ? 8 : 128) : (kMc ? 16 : 256));
+      // kSelf with multicast: empty[b][0 / 1] are the peer's "my readers of the left / right V half of buffer b are done"
+      // (one remote arrival per fill; see issue in the pair schedule); nothing else uses them there.
+      for (int c = 0; c < 3; ++c)
+        MbarInit(&bars->empty[b][c], (kSelf && kMc) ? 1 : c == 0 ? (kMc ? 8 : 128) : (kMc ? 16 : 256));
     }
     MbarInit(&bars->q_full, 128);
     MbarInit(&bars->q_empty, 256);
@@ -1324,18 +1328,38 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         const int t0 = (blk0 + j) * kTokTile;
         return min(max(__ldg(p.page_table + (long long)b * p.npp + t0 / p.P), 0), p.N - 1) * p.P + t0 % p.P;
       };
+      // kMc (attempt 71): both CTAs of the cluster hold tile j (the same tiles, the other row tile) and run this schedule,
+      // so each reaches the same issue points. At one, thread 0 first tells the peer that this CTA's readers of the part's
+      // V half (halves: [0, 4) and [4, 8); the rope block rides with one of them) are done, waits for the peer's same
+      // word (phase = the buffer's fill number), arms this CTA's barriers for every block, and multicasts every other
+      // block into both CTAs (the peer the rest; the bytes of either complete on each CTA's own barrier, armed or not
+      // yet: its one arrival keeps the phase open).
       auto issue = [&](int j, int y, int c0, int c1, bool rope) {
         if constexpr (kSelf) {
           if (wt == 0) {
             const int buf = tile_buf(j);
             uint16_t* dst = reinterpret_cast<uint16_t*>(kbuf + buf * kSsTileBytes);
+            if constexpr (kMc) {
+              const int f = (kbase + j) >> 1, s0 = c0 < 4 ? 0 : 1, s1 = c1 > 4 ? 1 : 0;
+              for (int sd = s0; sd <= s1; ++sd) MbarArriveRemote(&bars->empty[buf][sd], peer);
+              for (int sd = s0; sd <= s1; ++sd) MbarWait(&bars->empty[buf][sd], f & 1);
+            }
             for (int c = c0; c < c1; ++c) {
               MbarArriveExpectTx(&bars->full[buf][c], kBlockBytes);
-              TmaLoad2d<true>(dst + c * (kBlockBytes / 2), &maps.lat, c * 64, y, &bars->full[buf][c], kv_pol);
+              if constexpr (kMc) {
+                if ((uint32_t)(c & 1) != peer)
+                  TmaLoad2dMc(dst + c * (kBlockBytes / 2), &maps.lat, c * 64, y, &bars->full[buf][c], 3, kv_pol);
+              } else {
+                TmaLoad2d<true>(dst + c * (kBlockBytes / 2), &maps.lat, c * 64, y, &bars->full[buf][c], kv_pol);
+              }
             }
             if (rope) {
               MbarArriveExpectTx(&bars->full[buf][8], kBlockBytes);
-              TmaLoad2d<true>(dst + 8 * (kBlockBytes / 2), &maps.rope, 0, y, &bars->full[buf][8], kv_pol);
+              if constexpr (kMc) {
+                if (peer != 0u) TmaLoad2dMc(dst + 8 * (kBlockBytes / 2), &maps.rope, 0, y, &bars->full[buf][8], 3, kv_pol);
+              } else {
+                TmaLoad2d<true>(dst + 8 * (kBlockBytes / 2), &maps.rope, 0, y, &bars->full[buf][8], kv_pol);
+              }
             }
           }
         }
