@@ -664,10 +664,10 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       for (int c = 0; c < 9; ++c) MbarInit(&bars->full[b][c], kLoad && !kDec ? 1 : 128);
       if constexpr (kDec) MbarInit(&bars->raw[b], 1);
       if constexpr (kStage) MbarInit(&bars->stage, 1);
-      // kSelf with multicast: empty[b][0 / 1] are the peer's "my readers of the left / right V half of buffer b are done"
-      // (one remote arrival per fill; see issue in the pair schedule); nothing else uses them there.
+      // kSelf with multicast: empty[b][0 / 1] count "the readers of the left / right V half of buffer b are done" from
+      // this CTA and from the peer (one arrival each per fill; see issue in the pair schedule); nothing else uses them.
       for (int c = 0; c < 3; ++c)
-        MbarInit(&bars->empty[b][c], (kSelf && kMc) ? 1 : c == 0 ? (kMc ? 8 : 128) : (kMc ? 16 : 256));
+        MbarInit(&bars->empty[b][c], (kSelf && kMc) ? 2 : c == 0 ? (kMc ? 8 : 128) : (kMc ? 16 : 256));
     }
     MbarInit(&bars->q_full, 128);
     MbarInit(&bars->q_empty, 256);
@@ -731,7 +731,51 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         }
       }
       const int cq = pt & 7, tg = pt >> 3;
-      if constexpr (kSelf) {  // the consumers load the KV tiles
+      if constexpr (kSelf) {  // the consumers load the KV tiles (kMc: they release them, and warps 0-1 load them)
+        if constexpr (kMc) {
+          // Attempt 72: attempt 71 had the consumers' issuing thread wait for the peer's release at each issue point,
+          // which stalled its warpgroup for a cross-SM round trip (4.5 % slower than without multicast). Here a
+          // consumer only announces the release (on this CTA's barrier and the peer's: count 2), and producer warp
+          // `side` waits for both, arms this CTA's barriers and multicasts its share (every other block; the rope
+          // block from rank 0). Warp 0 fills the left V half with the rope block, warp 1 the right half, each in the
+          // consumers' order of releases (pair_iter0 / pair_iter1: left t + 2, t + 3; right t + 3, t + 2).
+          const int side = pt >> 5;
+          if (side < 2) {
+            auto fill = [&](int j) {
+              const int buf = (k + j) & 1, f = (k + j) >> 1;
+              MbarWait(&bars->empty[buf][side], f & 1);
+              if (pt % 32 == 0) {
+                const int t0 = (blk0 + j) * kTokTile;
+                const int y = min(max(__ldg(p.page_table + (long long)b * p.npp + t0 / p.P), 0), p.N - 1) * p.P + t0 % p.P;
+                uint16_t* dst = reinterpret_cast<uint16_t*>(kbuf + buf * kSsTileBytes);
+                for (int c = side * 4; c < side * 4 + 4; ++c) {
+                  MbarArriveExpectTx(&bars->full[buf][c], kBlockBytes);
+                  if ((uint32_t)(c & 1) != peer)
+                    TmaLoad2dMc(dst + c * (kBlockBytes / 2), &maps.lat, c * 64, y, &bars->full[buf][c], 3, pol);
+                }
+                if (side == 0) {
+                  MbarArriveExpectTx(&bars->full[buf][8], kBlockBytes);
+                  if (peer != 0u) TmaLoad2dMc(dst + 8 * (kBlockBytes / 2), &maps.rope, 0, y, &bars->full[buf][8], 3, pol);
+                }
+              }
+              __syncwarp();
+            };
+            fill(0);
+            if (n >= 2) fill(1);
+            for (int t = 0; t < n; t += 2) {
+              if (side == 0) {
+                if (t + 2 < n) fill(t + 2);
+                if (t + 3 < n) fill(t + 3);
+              } else if (t + 3 < n) {
+                fill(t + 3);
+                fill(t + 2);
+              } else if (t + 2 < n) {
+                fill(t + 2);
+              }
+            }
+          }
+          k += n;
+        }
         ++sc;
         continue;
       }
@@ -1325,41 +1369,33 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       // kSelf: the pool row of tile j's first token (j < n, so the tile starts inside the sequence and its page is valid),
       // and thread 0's TMA copies of blocks [c0, c1) (+ the rope block) of tile j into its buffer.
       auto page_row = [&](int j) {
+        if constexpr (kMc) return 0;  // the producer reads it (attempt 72)
         const int t0 = (blk0 + j) * kTokTile;
         return min(max(__ldg(p.page_table + (long long)b * p.npp + t0 / p.P), 0), p.N - 1) * p.P + t0 % p.P;
       };
-      // kMc (attempt 71): both CTAs of the cluster hold tile j (the same tiles, the other row tile) and run this schedule,
-      // so each reaches the same issue points. At one, thread 0 first tells the peer that this CTA's readers of the part's
-      // V half (halves: [0, 4) and [4, 8); the rope block rides with one of them) are done, waits for the peer's same
-      // word (phase = the buffer's fill number), arms this CTA's barriers for every block, and multicasts every other
-      // block into both CTAs (the peer the rest; the bytes of either complete on each CTA's own barrier, armed or not
-      // yet: its one arrival keeps the phase open).
+      // kMc (attempt 72): both CTAs of the cluster hold tile j (the same tiles, the other row tile) and run this schedule,
+      // so each reaches the same issue points. At one, thread 0 announces that this CTA's readers of the part's V half
+      // (halves: [0, 4) and [4, 8); the rope block rides with the left one) are done, on this CTA's barrier and the
+      // peer's, and goes on; producer warp 0 / 1 loads the half once both CTAs have released it (see the producer).
       auto issue = [&](int j, int y, int c0, int c1, bool rope) {
         if constexpr (kSelf) {
           if (wt == 0) {
             const int buf = tile_buf(j);
             uint16_t* dst = reinterpret_cast<uint16_t*>(kbuf + buf * kSsTileBytes);
-            if constexpr (kMc) {
-              const int f = (kbase + j) >> 1, s0 = c0 < 4 ? 0 : 1, s1 = c1 > 4 ? 1 : 0;
-              for (int sd = s0; sd <= s1; ++sd) MbarArriveRemote(&bars->empty[buf][sd], peer);
-              for (int sd = s0; sd <= s1; ++sd) MbarWait(&bars->empty[buf][sd], f & 1);
+            if constexpr (kMc) {  // attempt 72: announce the release here and at the peer; producer warp 0 / 1 loads
+              for (int sd = c0 < 4 ? 0 : 1; sd <= (c1 > 4 ? 1 : 0); ++sd) {
+                MbarArrive(&bars->empty[buf][sd]);
+                MbarArriveRemote(&bars->empty[buf][sd], peer);
+              }
+              return;
             }
             for (int c = c0; c < c1; ++c) {
               MbarArriveExpectTx(&bars->full[buf][c], kBlockBytes);
-              if constexpr (kMc) {
-                if ((uint32_t)(c & 1) != peer)
-                  TmaLoad2dMc(dst + c * (kBlockBytes / 2), &maps.lat, c * 64, y, &bars->full[buf][c], 3, kv_pol);
-              } else {
-                TmaLoad2d<true>(dst + c * (kBlockBytes / 2), &maps.lat, c * 64, y, &bars->full[buf][c], kv_pol);
-              }
+              TmaLoad2d<true>(dst + c * (kBlockBytes / 2), &maps.lat, c * 64, y, &bars->full[buf][c], kv_pol);
             }
             if (rope) {
               MbarArriveExpectTx(&bars->full[buf][8], kBlockBytes);
-              if constexpr (kMc) {
-                if (peer != 0u) TmaLoad2dMc(dst + 8 * (kBlockBytes / 2), &maps.rope, 0, y, &bars->full[buf][8], 3, kv_pol);
-              } else {
-                TmaLoad2d<true>(dst + 8 * (kBlockBytes / 2), &maps.rope, 0, y, &bars->full[buf][8], kv_pol);
-              }
+              TmaLoad2d<true>(dst + 8 * (kBlockBytes / 2), &maps.rope, 0, y, &bars->full[buf][8], kv_pol);
             }
           }
         }
