@@ -655,22 +655,34 @@ int main(int argc, char** argv) {
     // (kLoad 4: bf16 tiles), "dschk nv4stage" / "nv4stagebf16" (the staging slot, HELIX_MLA_DECODE_NV4_STAGE, on kLoad 6 /
     // 4), "dschk fp8" (kLoad 5: E4M3 tiles converted in place to f16); "dschk bf16": the bf16
     // seesaw on the same case (the consumers' code is the same: a control for racecheck's reports on their hand-offs).
+    // "dschk pair" / "pairp": the bf16 seesaw under the pair schedule (HELIX_MLA_DECODE_SCHED=pair) with consumer-issued
+    // copies (evict-first TMA) / with the producer's (TMA); "pairtail": consumer-issued copies on sequences whose last
+    // tile is partial (the pool's NaN rows past each bound land in the tile and are zeroed before the PVs); "pairmc" /
+    // "pairmctail": the pair form with multicast over two row tiles, issued by producer warps 0-1 (attempt 72; G = 8: 128 rows).
     const std::string v = argv[2];
-    const bool fp8 = v == "fp8", bf16 = v == "bf16";
-    if (!fp8 && !bf16 && v != "nv4" && v != "nv4bf16" && v != "nv4stage" && v != "nv4stagebf16") {
-      std::printf("dschk: unknown variant %s (nv4, nv4bf16, nv4stage, nv4stagebf16, fp8, bf16)\n", argv[2]);
+    const bool mc = v == "pairmc" || v == "pairmctail";
+    const bool fp8 = v == "fp8", bf16 = v == "bf16", pair = v == "pair" || v == "pairp" || v == "pairtail" || mc;
+    if (!fp8 && !bf16 && !pair && v != "nv4" && v != "nv4bf16" && v != "nv4stage" && v != "nv4stagebf16") {
+      std::printf("dschk: unknown variant %s (nv4, nv4bf16, nv4stage, nv4stagebf16, fp8, bf16, pair, pairp, pairtail, "
+                  "pairmc, pairmctail)\n",
+                  argv[2]);
       return 2;
     }
-    Case c = MakeCase(16, 4, 16, 64, std::vector<int>(16, 8192), 65);
+    std::vector<int> lens(16, 8192);
+    if (v == "pairtail" || v == "pairmctail") lens = {8000, 100, 63, 8191, 65, 1, 4097, 129, 8192, 7, 64, 191, 5000, 2, 3333, 127};
+    Case c = MakeCase(16, mc ? 8 : 4, 16, 64, lens, 65);
     // (MakeQuant replaces the reference values by the dequantized codes: the bf16 control keeps the case's own)
     QParams qp{};
-    if (!bf16) {
+    if (!bf16 && !pair) {
       qp = UploadQuant(MakeQuant(c, fp8 ? kFmtFp8 : kFmtNvfp4, 67));
       qp.l2_next = 1;
     }
     Dev d = Upload(c, scale);
     const bool ok = RunChecked(c, d, scale, [&] {
       if (bf16) Run<kSeesaw>(d);
+      else if (v == "pairp") Run<kSeesaw, kFmtNative, 2048 | 16>(d);  // (LaunchMain kVar 16: TMA, the producer's copies)
+      else if (mc) Run<kSeesaw, kFmtNative, 2048 | 64>(d);            // (64: multicast TMA, the consumers' copies)
+      else if (pair) Run<kSeesaw, kFmtNative, 2048 | 32>(d);          // (32: evict-first TMA, the consumers' copies)
       else if (fp8) Run<kSeesaw, kFmtFp8>(d, qp);
       else if (v == "nv4") Run<kSeesaw, kFmtNvfp4, 8>(d, qp);
       else if (v == "nv4stage") Run<kSeesaw, kFmtNvfp4, 8 | 16>(d, qp);
@@ -678,7 +690,7 @@ int main(int argc, char** argv) {
       else Run<kSeesaw, kFmtNvfp4>(d, qp);
     });
     std::printf("dschk %s: %s\n", argv[2], ok ? "PASS" : "FAIL");
-    if (!bf16) FreeQuant(qp);
+    if (!bf16 && !pair) FreeQuant(qp);
     Free(d);
     return ok ? 0 : 1;
   }

@@ -250,14 +250,14 @@ GPU_CASES = [
 ]
 
 
-def gpu_case(rng, B, G, H, P, lens):
+def gpu_case(rng, B, G, H, P, lens, dtype=jnp.bfloat16):
     """The pool and bounds of one GPU_CASES entry (also used by benchmarks/mla_decode_repeat.py)."""
     lens = np.asarray(lens)
     bounds = np.maximum(lens[:, None] - (G - 1) + np.arange(G)[None, :], 0)
     bounds[:, 0] = np.where(np.arange(B) % 3 == 2, 0, bounds[:, 0])   # zero-bound rows beside live ones
     bounds = np.minimum(bounds + (np.arange(G)[None, :] % 2), max(lens.max(), 1))  # != implicit bound
     npp = -(-int(bounds.max()) // P)
-    return make_case(rng, bounds=bounds, H=H, P=P, npp=max(npp, 1), spare_pages=2)
+    return make_case(rng, bounds=bounds, H=H, P=P, npp=max(npp, 1), dtype=dtype, spare_pages=2)
 
 
 @pytest.mark.gpu
@@ -268,6 +268,17 @@ def test_gpu_contract(implementation, B, G, H, P, lens, rng):
         pytest.fail("the gpu-marked tests need a GPU backend")
     case = gpu_case(rng, B, G, H, P, lens)
     check(case, *run(case, implementation))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("B,G,H,P,lens", [(3, 4, 128, 64, [131072, 70, 1]), (2, 8, 128, 64, [5000, 127])])
+def test_gpu_contract_f16(B, G, H, P, lens, rng):
+    """f16 queries and pages where the default picks the pair schedule with multicast (G*H >= 512; the f16
+    instantiation of the 16-bit seesaw, whose bf16 twin GPU_CASES covers), a partial last tile among them."""
+    if jax.default_backend() != "gpu":
+        pytest.fail("the gpu-marked tests need a GPU backend")
+    case = gpu_case(rng, B, G, H, P, lens, dtype=jnp.float16)
+    check(case, *run(case, "ffi"))
 
 
 @pytest.mark.parametrize("kv_dtype", ["bf16", "fp8_e4m3", "nvfp4"])
@@ -329,6 +340,34 @@ def test_gpu_contract_load_paths(load):
     res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mla_decode_repeat.py"), "--runs", "3"],
                          env=env, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sched,load", [("pair", "auto"), ("pair", "tma_evict_first"), ("pair", "tma"),
+                                        ("pair", "tma_multicast"), ("seesaw", "auto")])
+def test_gpu_contract_pair_schedule(sched, load):
+    """Every GPU contract case under HELIX_MLA_DECODE_SCHED=pair with each load path it runs on (auto: multicast issued
+    by producer warps where the row tiles pair, else consumer-issued evict-first copies; tma_evict_first: consumer-issued;
+    tma_multicast: multicast where they pair; tma: the producer's whole parts), and under seesaw (the default picks pair
+    at G*H >= 512, so this keeps the seesaw tested there); subprocesses (read once per process), three calls each,
+    against the oracle and bitwise against the first."""
+    import subprocess
+    env = dict(os.environ, HELIX_MLA_DECODE_SCHED=sched, HELIX_MLA_DECODE_LOAD=load)
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mla_decode_repeat.py"), "--runs", "3"],
+                         env=env, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
+
+
+@pytest.mark.gpu
+def test_gpu_bad_sched_env_names_the_variable():
+    """A bad HELIX_MLA_DECODE_SCHED value is an error naming the variable and its values."""
+    import subprocess
+    env = dict(os.environ, HELIX_MLA_DECODE_SCHED="pairs")
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mla_decode_repeat.py"), "--small", "--runs", "1"],
+                         env=env, capture_output=True, text=True, timeout=300)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0, out[-4000:]
+    assert "HELIX_MLA_DECODE_SCHED must be auto, seesaw or pair" in out, out[-4000:]
 
 
 @pytest.mark.gpu

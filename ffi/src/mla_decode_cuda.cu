@@ -1267,6 +1267,19 @@ int KernelModeFromEnv() {
   return mode;
 }
 
+// The 16-bit seesaw kernel's consumer schedule from HELIX_MLA_DECODE_SCHED, read once: seesaw = the tile-by-tile
+// hand-off (own_tile); pair = tiles in pairs with one running max per pair and the four PVs of a pair in flight together
+// (mla_seesaw kVar bit 16, FlashMLA's order; TMA loads only, cp.async tiles keep seesaw); auto (default) = pair where
+// SsSched says so. Under pair the KV copies follow the load path: multicast over two row tiles (auto where the row
+// tiles pair, tma_multicast) is issued by producer warps 0-1 once both CTAs released a buffer half (attempt 72);
+// evict-first TMA (auto otherwise, tma_evict_first) is issued by the consumers themselves (attempt 70); tma keeps the
+// producer refilling whole parts (attempt 66's form, 21 % slower). benchmarks/NOTES.md, sessions 31-33.
+// Returns 1 for auto, 0 for seesaw, 2048 (the LaunchMain kVar bit) for pair, -1 for anything else.
+int SsSchedFromEnv() {
+  static const int mode = EnvChoice("HELIX_MLA_DECODE_SCHED", {{"auto", 1}, {"seesaw", 0}, {"pair", 2048}});
+  return mode;
+}
+
 // KV load path of the seesaw kernel from HELIX_MLA_DECODE_LOAD, read once: auto (default) = tma_multicast
 // where the row tiles come in pairs, else tma_evict_first (session 7: multicast was 1-5 % faster with two or
 // more row tiles, and no slower at B = 1); tma_evict_first (TMA with an L2 evict-first hint where the page
@@ -1500,7 +1513,8 @@ int SeesawClusters() {
 // The seesaw kernel's load path for this call: the env's (or kVarLoad's: kVar bits 8 / 16 / 32 / 64 of the
 // standalone driver force cp.async / TMA / TMA evict-first / multicast), reduced to what the shape allows:
 // TMA needs 64 consecutive pool rows per tile (P % 64 == 0), multicast pairs of row tiles (and, for auto,
-// a device where such clusters fit: else evict-first TMA). -1: bad env value.
+// a device where such clusters fit: else evict-first TMA), the same under the pair schedule (kvar bit 2048). -1: bad env
+// value.
 template <bool kBf16>
 int SeesawLoad(const Params& p, int mtiles, int kvar = 0) {
   int load = (kvar & 8) ? 0 : (kvar & 16) ? 1 : (kvar & 32) ? 2 : (kvar & 64) ? 3 : LoadModeFromEnv();
@@ -1509,6 +1523,18 @@ int SeesawLoad(const Params& p, int mtiles, int kvar = 0) {
   if (load == 4) return mtiles % 2 == 0 && SeesawClusters<kBf16>() > 0 ? 3 : 2;  // no cluster query for odd tiles
   if (load == 3 && mtiles % 2 != 0) return 2;
   return load;
+}
+
+// The 16-bit seesaw's schedule for this call (kVar bit 2048 for pair, else 0; SsSchedFromEnv checked first). auto picks
+// the pair schedule with multicast where the seesaw would multicast and there are at least 8 row tiles (G * H >= 512):
+// there it was 2.4-3.7 % faster at H=128 G = 4 / 8, B = 16 / 64, and 1-2 % slower at G <= 2 and at H=64 G=4 (session 33,
+// benchmarks/NOTES.md; four row tiles or fewer share each KV tile between at most two clusters, so more of its loads
+// come from HBM, and the pair schedule's later release of a buffer shows).
+template <bool kBf16>
+int SsSched(const Params& p, int mtiles) {
+  const int env = SsSchedFromEnv();
+  if (env != 1) return env;
+  return mtiles >= 8 && SeesawLoad<kBf16>(p, mtiles) == 3 ? 2048 : 0;
 }
 
 template <bool kBf16, int kMode, int kFmt = kFmtNative, int kVar = 0>
@@ -1576,21 +1602,24 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
     if ((err = LaunchKernel(kernel, grid, dim3(kSsThreads), kSmemBytes, stream, nullptr, p, s, maps, qp)) != cudaSuccess)
       return err;
   } else if constexpr (kMode == kSeesaw) {
-    constexpr int kV = kVar & 7;
+    constexpr int kV = kVar & 7, kVp = kV | ((kVar & 2048) ? 16 : 0);  // kVar bit 2048: the pair schedule (TMA loads)
     const int load = SeesawLoad<kBf16>(p, mtiles, kVar);
     if (load < 0) return cudaErrorInvalidValue;  // Launch checks the variable first and names it
     SsMaps maps{};
     if (load != 0 && (err = EncodeKvMaps(p, &maps)) != cudaSuccess) return err;
     // One instantiation per load path, each with its own per-device shared-memory opt-in flags.
-    static decltype(&mla_seesaw<kBf16, kV, 0>) const kernels[4] = {mla_seesaw<kBf16, kV, 0>, mla_seesaw<kBf16, kV, 1>,
-                                                                   mla_seesaw<kBf16, kV, 2>, mla_seesaw<kBf16, kV, 3>};
+    // The pair schedule (kVp): kLoad 1 refilled by the producer, kLoad 2 by the consumers themselves (kSelf).
+    static decltype(&mla_seesaw<kBf16, kV, 0>) const kernels[4] = {mla_seesaw<kBf16, kV, 0>, mla_seesaw<kBf16, kVp, 1>,
+                                                                   mla_seesaw<kBf16, kVp, 2>, mla_seesaw<kBf16, kVp, 3>};
     static std::atomic<uint64_t> ready_by_load[4];
-    if ((err = OptInSharedMemory(kernels[load], kSsSmemBytes, ready_by_load[load])) != cudaSuccess) return err;
+    // The pair schedule with consumer-issued copies (kVp, load 2) also has WG0's P block (kSsSmemBytesP0).
+    const int smem = (kVar & 2048) != 0 && (load == 2 || load == 3) ? kSsSmemBytesP0 : kSsSmemBytes;
+    if ((err = OptInSharedMemory(kernels[load], smem, ready_by_load[load])) != cudaSuccess) return err;
     if (load == 3) {  // clusters of the two row tiles of a part (the caller sized num_parts: SeesawClusterParts)
       const cudaLaunchAttribute attr = SeesawPairAttr();
-      return LaunchKernel(kernels[load], grid, dim3(kSsThreads), kSsSmemBytes, stream, &attr, p, s, maps, QParams{});
+      return LaunchKernel(kernels[load], grid, dim3(kSsThreads), smem, stream, &attr, p, s, maps, QParams{});
     }
-    if ((err = LaunchKernel(kernels[load], grid, dim3(kSsThreads), kSsSmemBytes, stream, nullptr, p, s, maps, QParams{})) !=
+    if ((err = LaunchKernel(kernels[load], grid, dim3(kSsThreads), smem, stream, nullptr, p, s, maps, QParams{})) !=
         cudaSuccess)
       return err;
   } else {
@@ -1627,6 +1656,8 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
   if (kFmt == kFmtNative && LoadModeFromEnv() < 0)
     return ffi::Error::InvalidArgument(
         "helix_mla_decode: HELIX_MLA_DECODE_LOAD must be auto, cpasync, tma_evict_first, tma or tma_multicast");
+  if (kFmt == kFmtNative && SsSchedFromEnv() < 0)
+    return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_SCHED must be auto, seesaw or pair");
   if (TmaL2FromEnv() < 0)
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_TMA_L2 must be 128, 256 or none");
   if (SegCostFromEnv() < 0)
@@ -1650,7 +1681,8 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
   Params p = base;
   const int mtiles = (p.GH + kRowsTile - 1) / kRowsTile;
   const bool seesaw = kFmt == kFmtNative && (mode == kSeesaw || (mode == kSmallGh && p.GH > kSmRows));
-  const int num_parts = MainParts<kBf16>(p, num_sms, mtiles, seesaw);
+  const int sched = seesaw ? SsSched<kBf16>(p, mtiles) : 0;  // (seesaw implies 16-bit pages)
+  const int num_parts = MainParts<kBf16>(p, num_sms, mtiles, seesaw, sched);
   const WsLayout l = Layout(p.B, p.GH);
   // fp8 pages past 16 query rows (the branch below): HELIX_MLA_DECODE_MID8 picks the decoding seesaw (decode, on whole
   // 64-token pages), mla_mid_q8 (lockstep) or mla_mid_q8s (else); the schedule's segment cost depends on it too.
@@ -1698,6 +1730,8 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
     if (mode != kWgmma) HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmmaPipe, kFmt>(p, s, num_parts, mtiles, stream, qp)));
     else HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmma, kFmt>(p, s, num_parts, mtiles, stream, qp)));
   } else if (mode == kMma) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMma>(p, s, num_parts, mtiles, stream)));
+  else if (seesaw && sched == 2048)
+    HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmtNative, 2048>(p, s, num_parts, mtiles, stream)));
   else if (seesaw) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw>(p, s, num_parts, mtiles, stream)));
   else if (mode == kSmallGh) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallGh>(p, s, num_parts, mtiles, stream)));
   else HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmma>(p, s, num_parts, mtiles, stream)));

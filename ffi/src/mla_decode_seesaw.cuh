@@ -68,6 +68,10 @@ constexpr int kSsStageOff = ((kSsSmemBytes - 1024 + 1023) / 1024) * 1024;
 constexpr int kSsStageBytes = 4096 + 2048;
 constexpr int kSsSmemBytesStage = kSsStageOff + kSsStageBytes + 1024;
 static_assert(kSsSmemBytesStage <= 232448, "the staging slot must fit the H200's 227 KB of shared memory per block");
+// The pair schedule with consumer-issued copies (kSelf) keeps WG0's P in a block of its own at kSsStageOff (FlashMLA's
+// sP0; attempt 70), so a tile's rope block is free once its S is done: 227 KB exactly.
+constexpr int kSsSmemBytesP0 = kSsStageOff + 64 * 64 * 2 + 1024;
+static_assert(kSsSmemBytesP0 <= 232448, "WG0's P block must fit the H200's 227 KB of shared memory per block");
 
 struct SsBars {
   uint64_t full[2][9];   // per buffer, per 64-column block: 128 producer arrivals (cp.async) or 1 (+ bytes: TMA)
@@ -646,6 +650,14 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
   // kVar bit 8 (nvfp4): the staging slot (Nv4DecodeTileS; benchmarks/NOTES.md, session 21): the next tile's scales and
   // blocks 0-1's codes load during this tile's decode; the buffer's tail only once the buffer is back.
   constexpr bool kStage = (kVar & 8) != 0;
+  // kVar bit 16: the pair schedule (16-bit TMA tiles only; see pair_iter0 below).
+  constexpr bool kPair = (kVar & 16) != 0;
+  static_assert(!kPair || (!kDec && kLoad >= 1 && kLoad <= 3 && (kVar & 6) == 0), "the pair schedule: 16-bit TMA tiles");
+  // kSelf (the pair schedule with evict-first TMA): the consumers issue every KV copy themselves, each buffer part the
+  // moment the wgmma that read it last has retired (FlashMLA's way); the producer loads Q only.
+  // kLoad 3 (attempt 72): multicast over the cluster's two row tiles; the consumers announce each release at the same
+  // points (issue below) and producer warps 0-1 issue the copies once both CTAs have released (see the producer).
+  constexpr bool kSelf = kPair && (kLoad == 2 || kLoad == 3);
   static_assert(!kStage || (kNv4 && (kVar & 4) == 0), "the staging slot: nvfp4 pages, no load-free probe");
   unsigned char* const stage = smem + kSsStageOff;  // (kStage only: the launch gives kSsSmemBytesStage)
   if (threadIdx.x == 0) {
@@ -653,7 +665,10 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       for (int c = 0; c < 9; ++c) MbarInit(&bars->full[b][c], kLoad && !kDec ? 1 : 128);
       if constexpr (kDec) MbarInit(&bars->raw[b], 1);
       if constexpr (kStage) MbarInit(&bars->stage, 1);
-      for (int c = 0; c < 3; ++c) MbarInit(&bars->empty[b][c], c == 0 ? (kMc ? 8 : 128) : (kMc ? 16 : 256));
+      // kSelf with multicast: empty[b][0 / 1] count "the readers of the left / right V half of buffer b are done" from
+      // this CTA and from the peer (one arrival each per fill; see issue in the pair schedule); nothing else uses them.
+      for (int c = 0; c < 3; ++c)
+        MbarInit(&bars->empty[b][c], (kSelf && kMc) ? 2 : c == 0 ? (kMc ? 8 : 128) : (kMc ? 16 : 256));
     }
     MbarInit(&bars->q_full, 128);
     MbarInit(&bars->q_empty, 256);
@@ -717,6 +732,54 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         }
       }
       const int cq = pt & 7, tg = pt >> 3;
+      if constexpr (kSelf) {  // the consumers load the KV tiles (kMc: they release them, and warps 0-1 load them)
+        if constexpr (kMc) {
+          // Attempt 72: attempt 71 had the consumers' issuing thread wait for the peer's release at each issue point,
+          // which stalled its warpgroup for a cross-SM round trip (4.5 % slower than without multicast). Here a
+          // consumer only announces the release (on this CTA's barrier and the peer's: count 2), and producer warp
+          // `side` waits for both, arms this CTA's barriers and multicasts its share (every other block; the rope
+          // block from rank 0). Warp 0 fills the left V half with the rope block, warp 1 the right half, each in the
+          // consumers' order of releases (pair_iter0 / pair_iter1: left t + 2, t + 3; right t + 3, t + 2).
+          const int side = pt >> 5;
+          if (side < 2) {
+            auto fill = [&](int j) {
+              const int buf = (k + j) & 1, f = (k + j) >> 1;
+              MbarWait(&bars->empty[buf][side], f & 1);
+              if (pt % 32 == 0) {
+                const int t0 = (blk0 + j) * kTokTile;
+                const int y = min(max(__ldg(p.page_table + (long long)b * p.npp + t0 / p.P), 0), p.N - 1) * p.P + t0 % p.P;
+                uint16_t* dst = reinterpret_cast<uint16_t*>(kbuf + buf * kSsTileBytes);
+                for (int c = side * 4; c < side * 4 + 4; ++c) {
+                  MbarArriveExpectTx(&bars->full[buf][c], kBlockBytes);
+                  if ((uint32_t)(c & 1) != peer)
+                    TmaLoad2dMc(dst + c * (kBlockBytes / 2), &maps.lat, c * 64, y, &bars->full[buf][c], 3, pol);
+                }
+                if (side == 0) {
+                  MbarArriveExpectTx(&bars->full[buf][8], kBlockBytes);
+                  if (peer != 0u) TmaLoad2dMc(dst + 8 * (kBlockBytes / 2), &maps.rope, 0, y, &bars->full[buf][8], 3, pol);
+                }
+              }
+              __syncwarp();
+            };
+            fill(0);
+            if (n >= 2) fill(1);
+            for (int t = 0; t < n; t += 2) {
+              if (side == 0) {
+                if (t + 2 < n) fill(t + 2);
+                if (t + 3 < n) fill(t + 3);
+              } else if (t + 3 < n) {
+                fill(t + 3);
+                fill(t + 2);
+              } else if (t + 2 < n) {
+                fill(t + 2);
+              }
+            }
+          }
+          k += n;
+        }
+        ++sc;
+        continue;
+      }
       if constexpr (kDec) {
         // nvfp4 / fp8: thread 0 issues each raw tile into the tail of its buffer once all three roles released it (page id
         // read a tile ahead); all 128 threads decode it (a partial last tile too: rows past the bound, inside the same
@@ -914,9 +977,12 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
   // nvfp4: codes * block scales are the pool's values times the global scale (helix_jax/quant.py)
   const float out_mul = kDec ? __frcp_rn(__ldg(qp.kv_scale)) : 1.f, sl2 = p.scale_log2 * out_mul;
   int kbase = 0, sc = 0;
+  uint64_t kv_pol = 0;  // kSelf: the consumers' KV copies carry the producer's evict-first hint
+  if constexpr (kSelf) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(kv_pol));
   // Releases role `part` (see SsBars::empty) of KV buffer `buf` (kMc: one lane per warp on this CTA's
   // barrier, one on the peer's; the warp is converged at every call site and its wgmma reads have completed).
   auto empty_arrive = [&](int buf, int part) {
+    if constexpr (kSelf) return;  // nobody waits: the consumers refill the buffers themselves
     if constexpr (kMc) {
       __syncwarp();
       if (lane == 0) MbarArrive(&bars->empty[buf][part]);
@@ -1189,6 +1255,352 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       ++sc;
       continue;
     }
+    if constexpr (kPair) {
+      // Pair schedule (kVar bit 16): tiles in pairs (t, t + 1), t even, with one running max per pair. WG0 owns t, WG1
+      // owns t + 1 (S of its own tile was issued at the end of the previous pair). WG0: softmax_t against the running
+      // max M, publishes m' = max(M, rowmax_t) (sM[0]), PV_t on its half from registers; gives its V half of t back;
+      // once WG1 has published M' = max(m', rowmax_{t+1}) (sM[1]) it stores P_t * 2^(m' - M') for WG1, rescales its half
+      // and adds P_{t+1} V_{t+1} (SS), then issues S_{t+2}: its own V half first (back since its PV_t), the rest
+      // after. WG1: softmax_{t+1} against m', stores P_{t+1}, PV_{t+1} on its half (RS), then P_t V_t (SS) once WG0
+      // stored P_t, then S_{t+3}. The four PVs of a pair are in flight together while the next tiles load.
+      constexpr int kBarS0 = 1, kBarS1 = 2, kBarP0 = 7, kBarP1 = 8;
+      auto tile_buf = [&](int j) { return (kbase + j) & 1; };
+      auto tile_addr = [&](int j) { return kb0 + tile_buf(j) * kSsTileBytes; };
+      // Blocks [q0, q1) of S_j in the producer's refill order (own V half, rope, other half), each once it has landed.
+      auto s_blocks = [&](float (&sc)[8][4], int j, int q0, int q1) {
+        const int k = kbase + j, buf = k & 1, par = (k >> 1) & 1;
+        const uint64_t dk = Desc(kb0 + buf * kSsTileBytes, 16, 1024);
+#pragma unroll
+        for (int q = 0; q < 9; ++q) {
+          if (q < q0 || q >= q1) continue;
+          const int c = q < 4 ? w * 4 + q : q == 4 ? 8 : (1 - w) * 4 + (q - 5);
+          MbarWait(&bars->full[buf][c], par);
+          if (!WholeTile((blk0 + j) * kTokTile, len)) FenceProxyAsync();  // cp.async tail tile (generic writes)
+          WgFence();
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) {
+            const uint32_t off = c * kBlockBytes + kk * 32;
+            WgmmaS64<kMB>(sc, DescAdd(dq, off), DescAdd(dk, off));
+          }
+        }
+      };
+      auto s_zero = [&](float (&sc)[8][4]) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.f;
+        FenceRegs(sc);
+      };
+      // Row maxima (raw logits) of tile j, masking sc in place by each row's bound where the tile crosses one.
+      auto tile_max = [&](float (&sc)[8][4], int j, float& mx0, float& mx1) {
+        const int tok0 = (blk0 + j) * kTokTile + (lane & 3) * 2;
+        mx0 = -INFINITY, mx1 = -INFINITY;
+        if (__all_sync(0xffffffffu, (blk0 + j + 1) * kTokTile <= min(bnd0, bnd1))) {
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt) {
+            mx0 = fmaxf(mx0, fmaxf(sc[nt][0], sc[nt][1]));
+            mx1 = fmaxf(mx1, fmaxf(sc[nt][2], sc[nt][3]));
+          }
+        } else {
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int t = tok0 + nt * 8 + e;
+              sc[nt][e] = t < bnd0 ? sc[nt][e] : -INFINITY;
+              sc[nt][2 + e] = t < bnd1 ? sc[nt][2 + e] : -INFINITY;
+              mx0 = fmaxf(mx0, sc[nt][e]);
+              mx1 = fmaxf(mx1, sc[nt][2 + e]);
+            }
+          }
+        }
+#pragma unroll
+        for (int off = 1; off <= 2; off <<= 1) {
+          mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+          mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+        }
+      };
+      // sc = 2^(sc * sl2r - mu) in place (mu finite), with the row sums.
+      auto tile_exp = [&](float (&sc)[8][4], float mu0, float mu1, float& rs0, float& rs1) {
+        rs0 = 0.f, rs1 = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          sc[nt][0] = exp2f(fmaf(sc[nt][0], sl2r0, -mu0));
+          sc[nt][1] = exp2f(fmaf(sc[nt][1], sl2r0, -mu0));
+          sc[nt][2] = exp2f(fmaf(sc[nt][2], sl2r1, -mu1));
+          sc[nt][3] = exp2f(fmaf(sc[nt][3], sl2r1, -mu1));
+          rs0 += sc[nt][0] + sc[nt][1];
+          rs1 += sc[nt][2] + sc[nt][3];
+        }
+      };
+      auto pack = [&](const float (&sc)[8][4], uint32_t (&pa)[4][4], float f0, float f1) {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          pa[nt >> 1][(nt & 1) * 2 + 0] = Pack2<kMB>(sc[nt][0] * f0, sc[nt][1] * f0);
+          pa[nt >> 1][(nt & 1) * 2 + 1] = Pack2<kMB>(sc[nt][2] * f1, sc[nt][3] * f1);
+        }
+      };
+      // P of tile j for the other WG: into its rope block (dead once S_j is done), or (p0: kSelf, WG0's P of a whole pair)
+      // into the P block of its own at kSsStageOff, which WG1 has stopped reading once it published the pair's M'
+      // (its PV of the previous pair retired before its S of this pair); stmatrix as own_tile's.
+      const uint32_t sP0a = SmemAddr(smem + kSsStageOff);
+      auto store_p = [&](const uint32_t (&pa)[4][4], int j, bool p0 = false) {
+        const uint32_t sPj = p0 ? sP0a : tile_addr(j) + 8 * kBlockBytes;
+        const int mrow = (wt >> 5) * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), mch = lane >> 4;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) StMatrixX4(sPj + 2 * TileOff(mrow, 2 * i + mch), pa[i][0], pa[i][1], pa[i][2], pa[i][3]);
+        FenceProxyAsync();  // P stores (generic) -> the other WG's wgmma (async proxy)
+      };
+      // O_half += P_i V_i (this WG's half) with P_i from tile i's rope block or (p0) WG0's P block (SS).
+      auto pv_ss = [&](int i, bool p0 = false) {
+        const uint32_t base = tile_addr(i);
+        const uint64_t dp = Desc(p0 ? sP0a : base + 8 * kBlockBytes, 16, 1024), dv = Desc(base + w * 4 * kBlockBytes, lbo, sbo);
+        FenceRegs(acc);
+        WgFence();
+#pragma unroll
+        for (int kk = 0; kk < kTokTile / 16; ++kk) WgmmaPV<kMB>(acc, DescAdd(dp, kk * 32), DescAdd(dv, kk * 16 * 128));
+        WgCommit();
+      };
+      auto pv_own = [&](const uint32_t (&pa)[4][4], int i) {
+        FenceRegs(acc);
+        WgFence();
+        pv_rs(pa, i);
+        WgCommit();
+      };
+      auto fin = [](float m) { return m == -INFINITY ? 0.f : m; };
+      // kSelf: the pool row of tile j's first token (j < n, so the tile starts inside the sequence and its page is valid),
+      // and thread 0's TMA copies of blocks [c0, c1) (+ the rope block) of tile j into its buffer.
+      auto page_row = [&](int j) {
+        if constexpr (kMc) return 0;  // the producer reads it (attempt 72)
+        const int t0 = (blk0 + j) * kTokTile;
+        return min(max(__ldg(p.page_table + (long long)b * p.npp + t0 / p.P), 0), p.N - 1) * p.P + t0 % p.P;
+      };
+      // kMc (attempt 72): both CTAs of the cluster hold tile j (the same tiles, the other row tile) and run this schedule,
+      // so each reaches the same issue points. At one, thread 0 announces that this CTA's readers of the part's V half
+      // (halves: [0, 4) and [4, 8); the rope block rides with the left one) are done, on this CTA's barrier and the
+      // peer's, and goes on; producer warp 0 / 1 loads the half once both CTAs have released it (see the producer).
+      auto issue = [&](int j, int y, int c0, int c1, bool rope) {
+        if constexpr (kSelf) {
+          if (wt == 0) {
+            const int buf = tile_buf(j);
+            uint16_t* dst = reinterpret_cast<uint16_t*>(kbuf + buf * kSsTileBytes);
+            if constexpr (kMc) {  // attempt 72: announce the release here and at the peer; producer warp 0 / 1 loads
+              for (int sd = c0 < 4 ? 0 : 1; sd <= (c1 > 4 ? 1 : 0); ++sd) {
+                MbarArrive(&bars->empty[buf][sd]);
+                MbarArriveRemote(&bars->empty[buf][sd], peer);
+              }
+              return;
+            }
+            for (int c = c0; c < c1; ++c) {
+              MbarArriveExpectTx(&bars->full[buf][c], kBlockBytes);
+              TmaLoad2d<true>(dst + c * (kBlockBytes / 2), &maps.lat, c * 64, y, &bars->full[buf][c], kv_pol);
+            }
+            if (rope) {
+              MbarArriveExpectTx(&bars->full[buf][8], kBlockBytes);
+              TmaLoad2d<true>(dst + 8 * (kBlockBytes / 2), &maps.rope, 0, y, &bars->full[buf][8], kv_pol);
+            }
+          }
+        }
+      };
+      // kSelf: a sequence's partial last tile came whole from its page, so the V rows past the sequence may hold anything
+      // (NaN included) where P is 0: this warpgroup zeroes its V half's rows there before its PV reads them (after every
+      // S on the tile: the S rows past every bound are masked to -inf).
+      auto zero_tail = [&](int j) {
+        if constexpr (kSelf) {
+          const int rem = len - (blk0 + j) * kTokTile;
+          if (rem >= kTokTile) return;
+          uint16_t* d = reinterpret_cast<uint16_t*>(kbuf + tile_buf(j) * kSsTileBytes);
+          for (int r = rem + (wt >> 5); r < kTokTile; r += 4)
+            *reinterpret_cast<uint4*>(d + TileOff(r, w * 32 + lane)) = make_uint4(0u, 0u, 0u, 0u);
+          FenceProxyAsync();         // generic stores -> this warpgroup's wgmma (async proxy)
+          NamedBarSync(5 + w, 128);  // every thread's
+        }
+      };
+      float sc4[8][4];
+      // WG0's pair (t, t + 1): kHas1 = tile t + 1 exists, kNext = tile t + 2 exists (S_{t+2} issued here).
+      auto pair_iter0 = [&](int t, auto has1_tag, auto next_tag) {
+        constexpr bool kHas1 = decltype(has1_tag)::value, kNext = decltype(next_tag)::value;
+        const int buft = tile_buf(t), buf1 = tile_buf(t + 1);
+        int y2 = 0, y3 = 0;  // kSelf, thread 0: the pool rows of tiles t + 2 and t + 3 (read ahead of their copies)
+        if (kSelf && kNext && wt == 0) {
+          y2 = page_row(t + 2);
+          if (t + 3 < n) y3 = page_row(t + 3);
+        }
+        float mx0, mx1;
+        tile_max(sc4, t, mx0, mx1);
+        const float mn0 = fmaxf(m0, mx0 * sl2r0), mn1 = fmaxf(m1, mx1 * sl2r1);
+        if ((lane & 3) == 0) {
+          sM[lr0] = mn0;
+          sM[lr1] = mn1;
+        }
+        NamedBarArrive(kBarS0, 256);  // m' published
+        const float mu0 = fin(mn0), mu1 = fin(mn1), al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
+        m0 = mn0;
+        m1 = mn1;
+        float rs0, rs1;
+        tile_exp(sc4, mu0, mu1, rs0, rs1);
+        l0 = l0 * al0 + rs0;
+        l1 = l1 * al1 + rs1;
+        uint32_t pa[4][4];
+        pack(sc4, pa, 1.f, 1.f);
+        if constexpr (!kHas1) {  // the segment's last tile: WG1 adds P_t V_t against m'
+          store_p(pa, t);
+          NamedBarArrive(kBarP0, 256);
+          empty_arrive(buft, 1);
+        }
+        scale_acc(al0, al1, std::true_type{});
+        zero_tail(t);
+        pv_own(pa, t);
+        WgWait0();
+        FenceRegs(acc);
+        empty_arrive(buft, 0);  // this WG's V half of tile t (read by this WG alone)
+        if constexpr (kNext) issue(t + 2, y2, 0, 4, kSelf);  // kSelf: with the rope block (P_t goes to sP0)
+        if constexpr (kHas1) {
+          NamedBarSync(kBarS1, 256);  // M' published
+          const float M0 = sM[64 + lr0], M1 = sM[64 + lr1];
+          const float b0 = exp2f(m0 - fin(M0)), b1 = exp2f(m1 - fin(M1));
+          m0 = M0;
+          m1 = M1;
+          pack(sc4, pa, b0, b1);
+          store_p(pa, t, kSelf);
+          NamedBarArrive(kBarP0, 256);  // P_t (against M') stored
+          empty_arrive(buft, 1);        // done with tile t's rope / P block
+          l0 *= b0;
+          l1 *= b1;
+          scale_acc(b0, b1, std::true_type{});
+          NamedBarSync(kBarP1, 256);  // P_{t+1} stored, WG1's P_t V_t issued
+          zero_tail(t + 1);
+          pv_ss(t + 1);
+        }
+        if constexpr (kNext) {
+          // S_{t+2}'s first blocks (this WG's V half, issued once PV_t retired, so most likely landed) go into the tensor
+          // pipe behind P_{t+1} V_{t+1} before anything waits for that PV (FlashMLA's order; attempts 66-67 waited for it
+          // first, which left the pipe without this WG's work for a PV's length per pair; attempt 69). Tile t + 1's
+          // non-owner half and P block go back, and tile t + 3's copies out, once that PV has retired (wait_group 1:
+          // the S blocks may still run); then the rest of S_{t+2}.
+          s_zero(sc4);
+          s_blocks(sc4, t + 2, 0, 4);
+          WgCommit();
+          if constexpr (kHas1) {
+            WgWait<1>();
+            FenceRegs(acc);
+            empty_arrive(buf1, 2);
+            empty_arrive(buf1, 1);
+            if (t + 3 < n) issue(t + 3, y3, 0, 4, true);  // tile t + 1's left half and P block are free
+          }
+          s_blocks(sc4, t + 2, 4, 9);
+          WgCommit();
+          WgWait0();
+          FenceRegs(sc4);
+          FenceRegs(acc);
+          empty_arrive(tile_buf(t + 2), 2);  // S_{t+2} done: the non-owner half is not read by this WG again
+        } else {
+          WgWait0();
+          FenceRegs(acc);
+          if constexpr (kHas1) {
+            empty_arrive(buf1, 2);
+            empty_arrive(buf1, 1);
+          }
+        }
+      };
+      // WG1's pair (t, t + 1), tile t + 1 its own; kNext = tile t + 3 exists.
+      auto pair_iter1 = [&](int t, auto next_tag) {
+        constexpr bool kNext = decltype(next_tag)::value;
+        const int buft = tile_buf(t), buf1 = tile_buf(t + 1);
+        int y2 = 0, y3 = 0;  // kSelf, thread 0: the pool rows of tiles t + 2 and t + 3
+        if (kSelf && wt == 0 && t + 2 < n) {
+          y2 = page_row(t + 2);
+          if (kNext) y3 = page_row(t + 3);
+        }
+        float mx0, mx1;
+        tile_max(sc4, t + 1, mx0, mx1);
+        NamedBarSync(kBarS0, 256);  // m' published
+        const float mn0 = fmaxf(sM[lr0], mx0 * sl2r0), mn1 = fmaxf(sM[lr1], mx1 * sl2r1);
+        if ((lane & 3) == 0) {
+          sM[64 + lr0] = mn0;
+          sM[64 + lr1] = mn1;
+        }
+        NamedBarArrive(kBarS1, 256);  // M' published
+        const float mu0 = fin(mn0), mu1 = fin(mn1), al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
+        m0 = mn0;
+        m1 = mn1;
+        float rs0, rs1;
+        tile_exp(sc4, mu0, mu1, rs0, rs1);
+        uint32_t pa[4][4];
+        pack(sc4, pa, 1.f, 1.f);
+        store_p(pa, t + 1);
+        empty_arrive(buf1, 1);  // done with tile t + 1's rope / P block
+        l0 = l0 * al0 + rs0;
+        l1 = l1 * al1 + rs1;
+        scale_acc(al0, al1, std::true_type{});
+        zero_tail(t + 1);
+        pv_own(pa, t + 1);
+        NamedBarSync(kBarP0, 256);  // P_t stored
+        zero_tail(t);
+        pv_ss(t, kSelf);
+        NamedBarArrive(kBarP1, 256);  // P_{t+1} stored (before P_t's wait), P_t V_t issued
+        if constexpr (kNext) {
+          WgWait<1>();
+          empty_arrive(buf1, 0);  // this WG's V half of tile t + 1
+          issue(t + 3, y3, 4, 8, false);
+          WgWait0();
+          FenceRegs(acc);
+          empty_arrive(buft, 2);
+          empty_arrive(buft, 1);
+          issue(t + 2, y2, 4, 8, !kSelf);  // tile t's right half (and P block: kSelf issued it with the left half)
+          s_zero(sc4);
+          s_blocks(sc4, t + 3, 0, 9);
+          WgCommit();
+          WgWait0();
+          FenceRegs(sc4);
+          empty_arrive(tile_buf(t + 3), 2);
+        } else {
+          WgWait0();
+          FenceRegs(acc);
+          empty_arrive(buf1, 0);
+          empty_arrive(buft, 2);
+          empty_arrive(buft, 1);
+          if (t + 2 < n) issue(t + 2, y2, 4, 8, !kSelf);  // the segment's last tile, WG0's alone
+        }
+      };
+      // WG1 when tile t (WG0's) is the segment's last: rescale to m', add P_t V_t.
+      auto single1 = [&](int t) {
+        const int buft = tile_buf(t);
+        NamedBarSync(kBarS0, 256);
+        const float q0 = sM[lr0], q1 = sM[lr1];
+        const float a0 = exp2f(m0 - fin(q0)), a1 = exp2f(m1 - fin(q1));
+        m0 = q0;
+        m1 = q1;
+        l0 *= a0;
+        l1 *= a1;
+        scale_acc(a0, a1, std::true_type{});
+        NamedBarSync(kBarP0, 256);
+        zero_tail(t);
+        pv_ss(t);
+        WgWait0();
+        FenceRegs(acc);
+        empty_arrive(buft, 2);
+        empty_arrive(buft, 1);
+      };
+      if (w == 0 || n >= 2) {  // S of this WG's first tile (kSelf: its copies first; both buffers are free here)
+        if (kSelf && wt == 0) issue(w, page_row(w), 0, 8, true);
+        s_zero(sc4);
+        s_blocks(sc4, w, 0, 9);
+        WgCommit();
+        WgWait0();
+        FenceRegs(sc4);
+        empty_arrive(tile_buf(w), 2);
+      }
+      for (int t = 0; t < n; t += 2) {
+        if (w == 0) {
+          if (t + 2 < n) pair_iter0(t, std::true_type{}, std::true_type{});
+          else if (t + 1 < n) pair_iter0(t, std::true_type{}, std::false_type{});
+          else pair_iter0(t, std::false_type{}, std::false_type{});
+        } else {
+          if (t + 3 < n) pair_iter1(t, std::true_type{});
+          else if (t + 1 < n) pair_iter1(t, std::false_type{});
+          else single1(t);
+        }
+      }
+    } else {
     int j = w;
     if (w == 0) {
       own_tile(0, std::false_type{});
@@ -1205,6 +1617,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
     WgWait0();
     FenceRegs(acc);
     release();
+    }
 
     // Row sums: 4 lanes per row, then the two WGs' sums through shared memory.
 #pragma unroll
