@@ -359,27 +359,21 @@ def test_gpu_contract_pair_schedule(sched, load):
 
 
 @pytest.mark.gpu
-def test_gpu_bad_sched_env_names_the_variable():
-    """A bad HELIX_MLA_DECODE_SCHED value is an error naming the variable and its values."""
+@pytest.mark.parametrize("var,bad,message", [
+    ("HELIX_MLA_DECODE_SCHED", "pairs", "HELIX_MLA_DECODE_SCHED must be auto, seesaw or pair"),
+    ("HELIX_MLA_DECODE_LOAD", "tma_bogus",
+     "HELIX_MLA_DECODE_LOAD must be auto, cpasync, tma_evict_first, tma or tma_multicast"),
+], ids=["sched", "load"])
+def test_gpu_bad_env_names_the_variable(var, bad, message):
+    """A bad HELIX_MLA_DECODE_SCHED / _LOAD value is an error naming the variable and its values, not a silent
+    default (read once per process: a subprocess)."""
     import subprocess
-    env = dict(os.environ, HELIX_MLA_DECODE_SCHED="pairs")
+    env = dict(os.environ, **{var: bad})
     res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mla_decode_repeat.py"), "--small", "--runs", "1"],
                          env=env, capture_output=True, text=True, timeout=300)
     out = res.stdout + res.stderr
     assert res.returncode != 0, out[-4000:]
-    assert "HELIX_MLA_DECODE_SCHED must be auto, seesaw or pair" in out, out[-4000:]
-
-
-@pytest.mark.gpu
-def test_gpu_bad_load_env_names_the_variable():
-    """A bad HELIX_MLA_DECODE_LOAD value is an error naming the variable and its values, not a silent default."""
-    import subprocess
-    env = dict(os.environ, HELIX_MLA_DECODE_LOAD="tma_bogus")
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mla_decode_repeat.py"), "--small", "--runs", "1"],
-                         env=env, capture_output=True, text=True, timeout=300)
-    out = res.stdout + res.stderr
-    assert res.returncode != 0, out[-4000:]
-    assert "HELIX_MLA_DECODE_LOAD must be auto, cpasync, tma_evict_first, tma or tma_multicast" in out, out[-4000:]
+    assert message in out, out[-4000:]
 
 
 @pytest.mark.gpu
