@@ -1608,11 +1608,12 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
     SsMaps maps{};
     if (load != 0 && (err = EncodeKvMaps(p, &maps)) != cudaSuccess) return err;
     // One instantiation per load path, each with its own per-device shared-memory opt-in flags.
-    // The pair schedule (kVp): kLoad 1 refilled by the producer, kLoad 2 by the consumers themselves (kSelf).
+    // The pair schedule (kVp): kLoad 1 refilled by the producer, kLoad 2 by the consumers themselves (kSelf), kLoad 3
+    // multicast by producer warps 0-1 once both CTAs released.
     static decltype(&mla_seesaw<kBf16, kV, 0>) const kernels[4] = {mla_seesaw<kBf16, kV, 0>, mla_seesaw<kBf16, kVp, 1>,
                                                                    mla_seesaw<kBf16, kVp, 2>, mla_seesaw<kBf16, kVp, 3>};
     static std::atomic<uint64_t> ready_by_load[4];
-    // The pair schedule with consumer-issued copies (kVp, load 2) also has WG0's P block (kSsSmemBytesP0).
+    // The pair schedule's kLoad 2 and 3 kernels also have WG0's P block (kSsSmemBytesP0).
     const int smem = (kVar & 2048) != 0 && (load == 2 || load == 3) ? kSsSmemBytesP0 : kSsSmemBytes;
     if ((err = OptInSharedMemory(kernels[load], smem, ready_by_load[load])) != cudaSuccess) return err;
     if (load == 3) {  // clusters of the two row tiles of a part (the caller sized num_parts: SeesawClusterParts)
