@@ -429,6 +429,12 @@ struct Params {
   float scale_log2;
 };
 
+// Pool page of token t of sequence b, clamped into the pool (a stale table entry past a bound reads a valid page, never
+// outside it).
+__device__ __forceinline__ int PageOf(const Params& p, int b, int t) {
+  return min(max(__ldg(p.page_table + (long long)b * p.npp + t / p.P), 0), p.N - 1);
+}
+
 // Every main kernel's start, with all its threads (it first waits for the kernel before): the first warp plans the CTA's part
 // (blockIdx.x) and writes its range and segments into the row tile's tables; the first warp of CTA (0, 0) writes the
 // combine's per-sequence ranges. The kernels then read their range (PartRange) and segments (s.seg[SegRow(p) + si])

@@ -747,7 +747,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
               MbarWait(&bars->empty[buf][side], f & 1);
               if (pt % 32 == 0) {
                 const int t0 = (blk0 + j) * kTokTile;
-                const int y = min(max(__ldg(p.page_table + (long long)b * p.npp + t0 / p.P), 0), p.N - 1) * p.P + t0 % p.P;
+                const int y = PageOf(p, b, t0) * p.P + t0 % p.P;
                 uint16_t* dst = reinterpret_cast<uint16_t*>(kbuf + buf * kSsTileBytes);
                 for (int c = side * 4; c < side * 4 + 4; ++c) {
                   MbarArriveExpectTx(&bars->full[buf][c], kBlockBytes);
@@ -785,7 +785,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         // read a tile ahead); all 128 threads decode it (a partial last tile too: rows past the bound, inside the same
         // valid page, decode to zeros). Issuing the next tile's raw bytes during this tile's decode needs the other
         // consumer to release the buffer's previous tile before the rest of this tile's S: measured slower (NOTES).
-        auto page_of = [&](int t0) { return min(max(__ldg(p.page_table + (long long)b * p.npp + t0 / p.P), 0), p.N - 1); };
+        auto page_of = [&](int t0) { return PageOf(p, b, t0); };
         int pg_next = pt == 0 ? page_of(blk0 * kTokTile) : 0;
         bool staged = false;  // thread 0, kStage: this tile's slot went out during the previous tile's decode
         for (int j = 0; j < n; ++j, ++k) {
@@ -874,7 +874,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         // TMA: warp 0 waits, its lane 0 issues whole tiles (page id read one tile ahead); a partial last tile goes through
         // cp.async by all 128 threads (zero fill past len), each waits for its own copies, and after a
         // producer barrier thread 0 arrives once per block (count 1, as for TMA). Once per segment.
-        auto page_of = [&](int t0) { return t0 < len ? min(max(__ldg(p.page_table + (long long)b * p.npp + t0 / p.P), 0), p.N - 1) : 0; };
+        auto page_of = [&](int t0) { return t0 < len ? PageOf(p, b, t0) : 0; };
         int pg_next = pt < 32 ? page_of(blk0 * kTokTile) : 0;
         for (int j = 0; j < n; ++j, ++k) {
           const int buf = k & 1, u = k >> 1, own = j & 1, t0 = (blk0 + j) * kTokTile;
@@ -1371,7 +1371,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       auto page_row = [&](int j) {
         if constexpr (kMc) return 0;  // the producer reads it (attempt 72)
         const int t0 = (blk0 + j) * kTokTile;
-        return min(max(__ldg(p.page_table + (long long)b * p.npp + t0 / p.P), 0), p.N - 1) * p.P + t0 % p.P;
+        return PageOf(p, b, t0) * p.P + t0 % p.P;
       };
       // kMc (attempt 72): both CTAs of the cluster hold tile j (the same tiles, the other row tile) and run this schedule,
       // so each reaches the same issue points. At one, thread 0 announces that this CTA's readers of the part's V half
@@ -1381,7 +1381,6 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         if constexpr (kSelf) {
           if (wt == 0) {
             const int buf = tile_buf(j);
-            uint16_t* dst = reinterpret_cast<uint16_t*>(kbuf + buf * kSsTileBytes);
             if constexpr (kMc) {  // attempt 72: announce the release here and at the peer; producer warp 0 / 1 loads
               for (int sd = c0 < 4 ? 0 : 1; sd <= (c1 > 4 ? 1 : 0); ++sd) {
                 MbarArrive(&bars->empty[buf][sd]);
@@ -1389,6 +1388,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
               }
               return;
             }
+            uint16_t* dst = reinterpret_cast<uint16_t*>(kbuf + buf * kSsTileBytes);
             for (int c = c0; c < c1; ++c) {
               MbarArriveExpectTx(&bars->full[buf][c], kBlockBytes);
               TmaLoad2d<true>(dst + c * (kBlockBytes / 2), &maps.lat, c * 64, y, &bars->full[buf][c], kv_pol);

@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q4(Params p, Sched s, QParam
       FenceProxyAsync();     // f16 Q (generic stores) -> the consumers' wgmma
       MbarArrive(&bars->q_full);
       ++sc;
-      auto page_of = [&](int t0) { return t0 < len ? min(max(__ldg(p.page_table + (long long)b * p.npp + t0 / p.P), 0), p.N - 1) : 0; };
+      auto page_of = [&](int t0) { return t0 < len ? PageOf(p, b, t0) : 0; };
       if constexpr (kTma) {
         // Warp 0 waits, lane 0 issues whole tiles (3 boxes + 1 bulk copy; page id read a tile ahead). A partial
         // last tile goes through cp.async by all 128 threads; after a producer barrier thread 0 arrives.
@@ -223,7 +223,7 @@ __global__ void __launch_bounds__(384, 1) mla_small_q4(Params p, Sched s, QParam
             NamedBarSync(5, 128);
             const int t = t0 + tg;
             const bool valid = t < len;
-            const size_t row = valid ? (size_t)min(max(__ldg(p.page_table + (long long)b * p.npp + t / p.P), 0), p.N - 1) * p.P + t % p.P : 0;
+            const size_t row = valid ? (size_t)PageOf(p, b, t) * p.P + t % p.P : 0;
             if constexpr ((kVar & 1) == 0) Q4CopyRow(dst, qp, row, valid, tg, hh);
             CpAsyncWaitAll();
             NamedBarSync(5, 128);

@@ -185,7 +185,7 @@ template <int kBufs, bool kTma, int kVar>
 __device__ __forceinline__ void Q8ProduceSegment(unsigned char* ring, uint64_t (*full)[5], uint64_t* empty, const Q8Maps& maps,
                                                  const Params& p, const QParams& qp, int b, int blk0, int n, int len, int& k,
                                                  int pt, uint64_t pol) {
-  auto page_of = [&](int t0) { return t0 < len ? min(max(__ldg(p.page_table + (long long)b * p.npp + t0 / p.P), 0), p.N - 1) : 0; };
+  auto page_of = [&](int t0) { return t0 < len ? PageOf(p, b, t0) : 0; };
   int pg_next = kTma && pt < 32 ? page_of(blk0 * kTokTile) : 0;
   for (int j = 0; j < n; ++j, ++k) {
     const int buf = k % kBufs, u = k / kBufs, t0 = (blk0 + j) * kTokTile;
@@ -218,7 +218,7 @@ __device__ __forceinline__ void Q8ProduceSegment(unsigned char* ring, uint64_t (
       for (int h = 0; h < 2; ++h) {
         const int t = t0 + tg2 + 32 * h;
         const bool valid = t < len;
-        const size_t row = valid ? (size_t)min(max(__ldg(p.page_table + (long long)b * p.npp + t / p.P), 0), p.N - 1) * p.P + t % p.P : 0;
+        const size_t row = valid ? (size_t)PageOf(p, b, t) * p.P + t % p.P : 0;
 #pragma unroll
         for (int c = 0; c < 9; ++c) {
           const uint8_t* src = c < 8 ? qp.kv_lat8 + row * kDl + c * 64 + cq2 * 16 : qp.kv_rope8 + row * kDr + cq2 * 16;
