@@ -658,7 +658,8 @@ int main(int argc, char** argv) {
     // "dschk pair" / "pairp": the bf16 seesaw under the pair schedule (HELIX_MLA_DECODE_SCHED=pair) with consumer-issued
     // copies (evict-first TMA) / with the producer's (TMA); "pairtail": consumer-issued copies on sequences whose last
     // tile is partial (the pool's NaN rows past each bound land in the tile and are zeroed before the PVs); "pairmc" /
-    // "pairmctail": the pair form with multicast over two row tiles, issued by producer warps 0-1 (attempt 72; G = 8: 128 rows).
+    // "pairmctail": the pair form with multicast over two row tiles, issued by producer warps 0-1 (attempt 72; G = 8:
+    // 128 rows).
     const std::string v = argv[2];
     const bool mc = v == "pairmc" || v == "pairmctail";
     const bool fp8 = v == "fp8", bf16 = v == "bf16", pair = v == "pair" || v == "pairp" || v == "pairtail" || mc;
@@ -681,7 +682,7 @@ int main(int argc, char** argv) {
     const bool ok = RunChecked(c, d, scale, [&] {
       if (bf16) Run<kSeesaw>(d);
       else if (v == "pairp") Run<kSeesaw, kFmtNative, 2048 | 16>(d);  // (LaunchMain kVar 16: TMA, the producer's copies)
-      else if (mc) Run<kSeesaw, kFmtNative, 2048 | 64>(d);            // (64: multicast TMA, the consumers' copies)
+      else if (mc) Run<kSeesaw, kFmtNative, 2048 | 64>(d);            // (64: multicast TMA, producer warps 0-1's copies)
       else if (pair) Run<kSeesaw, kFmtNative, 2048 | 32>(d);          // (32: evict-first TMA, the consumers' copies)
       else if (fp8) Run<kSeesaw, kFmtFp8>(d, qp);
       else if (v == "nv4") Run<kSeesaw, kFmtNvfp4, 8>(d, qp);
