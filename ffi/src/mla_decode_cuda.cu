@@ -1531,6 +1531,15 @@ int SeesawLoad(const Params& p, int mtiles, int kvar = 0) {
   return load;
 }
 
+// Which buffer halves the pair schedule multicasts (HELIX_MLA_DECODE_PAIR_MC, read once; experiment, session 33):
+// both (default), left (the right half, blocks 4-7, loaded by each CTA alone) or right (the left half and the rope block
+// alone). A half loaded alone waits only for its own CTA's release, not the peer's. Returns the LaunchMain kVar bits
+// (4096: left half alone, 8192: right half alone), -1 for a bad value.
+int PairMcFromEnv() {
+  static const int mode = EnvChoice("HELIX_MLA_DECODE_PAIR_MC", {{"both", 0}, {"left", 8192}, {"right", 4096}});
+  return mode;
+}
+
 // The 16-bit seesaw's schedule for this call (kVar bit 2048 for pair, else 0; SsSchedFromEnv checked first). auto picks
 // the pair schedule with multicast where the seesaw would multicast and there are at least 8 row tiles (G * H >= 512):
 // there it was 2.4-3.7 % faster at H=128 G = 4 / 8, B = 16 / 64, and 1-2 % slower at G <= 2 and at H=64 G=4 (session 33,
@@ -1539,8 +1548,9 @@ int SeesawLoad(const Params& p, int mtiles, int kvar = 0) {
 template <bool kBf16>
 int SsSched(const Params& p, int mtiles) {
   const int env = SsSchedFromEnv();
-  if (env != 1) return env;
-  return mtiles >= 8 && SeesawLoad<kBf16>(p, mtiles) == 3 ? 2048 : 0;
+  const int mc = PairMcFromEnv();
+  if (env != 1) return env == 2048 ? 2048 | mc : env;
+  return mtiles >= 8 && SeesawLoad<kBf16>(p, mtiles) == 3 ? 2048 | mc : 0;
 }
 
 template <bool kBf16, int kMode, int kFmt = kFmtNative, int kVar = 0>
@@ -1609,6 +1619,8 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
       return err;
   } else if constexpr (kMode == kSeesaw) {
     constexpr int kV = kVar & 7, kVp = kV | ((kVar & 2048) ? 16 : 0);  // kVar bit 2048: the pair schedule (TMA loads)
+    // kVar bits 4096 / 8192 (HELIX_MLA_DECODE_PAIR_MC): the multicast pair kernel loads its left / right half alone.
+    constexpr int kVp3 = kVp | ((kVar & 4096) ? 32 : 0) | ((kVar & 8192) ? 64 : 0);
     const int load = SeesawLoad<kBf16>(p, mtiles, kVar);
     if (load < 0) return cudaErrorInvalidValue;  // Launch checks the variable first and names it
     SsMaps maps{};
@@ -1617,7 +1629,7 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
     // The pair schedule (kVp): kLoad 1 refilled by the producer, kLoad 2 by the consumers themselves (kSelf), kLoad 3
     // multicast by producer warps 0-1 once both CTAs released.
     static decltype(&mla_seesaw<kBf16, kV, 0>) const kernels[4] = {mla_seesaw<kBf16, kV, 0>, mla_seesaw<kBf16, kVp, 1>,
-                                                                   mla_seesaw<kBf16, kVp, 2>, mla_seesaw<kBf16, kVp, 3>};
+                                                                   mla_seesaw<kBf16, kVp, 2>, mla_seesaw<kBf16, kVp3, 3>};
     static std::atomic<uint64_t> ready_by_load[4];
     // The pair schedule's kLoad 2 and 3 kernels also have WG0's P block (kSsSmemBytesP0).
     const int smem = (kVar & 2048) != 0 && (load == 2 || load == 3) ? kSsSmemBytesP0 : kSsSmemBytes;
@@ -1665,6 +1677,8 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
         "helix_mla_decode: HELIX_MLA_DECODE_LOAD must be auto, cpasync, tma_evict_first, tma or tma_multicast");
   if (kFmt == kFmtNative && SsSchedFromEnv() < 0)
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_SCHED must be auto, seesaw or pair");
+  if (kFmt == kFmtNative && PairMcFromEnv() < 0)
+    return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_PAIR_MC must be both, left or right");
   if (TmaL2FromEnv() < 0)
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_TMA_L2 must be 128, 256 or none");
   if (SegCostFromEnv() < 0)
@@ -1739,6 +1753,10 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
   } else if (mode == kMma) HELIX_CUDA_CHECK((LaunchMain<kBf16, kMma>(p, s, num_parts, mtiles, stream)));
   else if (seesaw && sched == 2048)
     HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmtNative, 2048>(p, s, num_parts, mtiles, stream)));
+  else if (seesaw && sched == (2048 | 4096))
+    HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmtNative, 2048 | 4096>(p, s, num_parts, mtiles, stream)));
+  else if (seesaw && sched == (2048 | 8192))
+    HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmtNative, 2048 | 8192>(p, s, num_parts, mtiles, stream)));
   else if (seesaw) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw>(p, s, num_parts, mtiles, stream)));
   else if (mode == kSmallGh) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallGh>(p, s, num_parts, mtiles, stream)));
   else HELIX_CUDA_CHECK((LaunchMain<kBf16, kWgmma>(p, s, num_parts, mtiles, stream)));

@@ -658,6 +658,10 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
   // kLoad 3 (attempt 72): multicast over the cluster's two row tiles; the consumers announce each release at the same
   // points (issue below) and producer warps 0-1 issue the copies once both CTAs have released (see the producer).
   constexpr bool kSelf = kPair && (kLoad == 2 || kLoad == 3);
+  // kVar bits 32 / 64 (kLoad 3 under kPair; HELIX_MLA_DECODE_PAIR_MC): the left / right half is loaded by each CTA alone
+  // (no multicast: its refill waits for this CTA's release only). kMcSide(sd): half sd is multicast.
+  constexpr int kAloneSides = kPair && kLoad == 3 ? (kVar >> 5) & 3 : 0;
+  auto kMcSide = [](int sd) { return ((kAloneSides >> sd) & 1) == 0; };
   static_assert(!kStage || (kNv4 && (kVar & 4) == 0), "the staging slot: nvfp4 pages, no load-free probe");
   unsigned char* const stage = smem + kSsStageOff;  // (kStage only: the launch gives kSsSmemBytesStage)
   if (threadIdx.x == 0) {
@@ -668,7 +672,8 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       // kSelf with multicast: empty[b][0 / 1] count "the readers of the left / right V half of buffer b are done" from
       // this CTA and from the peer (one arrival each per fill; see issue in the pair schedule); nothing else uses them.
       for (int c = 0; c < 3; ++c)
-        MbarInit(&bars->empty[b][c], (kSelf && kMc) ? 2 : c == 0 ? (kMc ? 8 : 128) : (kMc ? 16 : 256));
+        MbarInit(&bars->empty[b][c], (kSelf && kMc) ? (c < 2 && !kMcSide(c) ? 1 : 2)
+                                     : c == 0 ? (kMc ? 8 : 128) : (kMc ? 16 : 256));
     }
     MbarInit(&bars->q_full, 128);
     MbarInit(&bars->q_empty, 256);
@@ -749,14 +754,19 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
                 const int t0 = (blk0 + j) * kTokTile;
                 const int y = PageOf(p, b, t0) * p.P + t0 % p.P;
                 uint16_t* dst = reinterpret_cast<uint16_t*>(kbuf + buf * kSsTileBytes);
+                const bool mc = kMcSide(side);
                 for (int c = side * 4; c < side * 4 + 4; ++c) {
                   MbarArriveExpectTx(&bars->full[buf][c], kBlockBytes);
-                  if ((uint32_t)(c & 1) != peer)
+                  if (!mc)
+                    TmaLoad2d<true>(dst + c * (kBlockBytes / 2), &maps.lat, c * 64, y, &bars->full[buf][c], pol);
+                  else if ((uint32_t)(c & 1) != peer)
                     TmaLoad2dMc(dst + c * (kBlockBytes / 2), &maps.lat, c * 64, y, &bars->full[buf][c], 3, pol);
                 }
                 if (side == 0) {
                   MbarArriveExpectTx(&bars->full[buf][8], kBlockBytes);
-                  if (peer != 0u) TmaLoad2dMc(dst + 8 * (kBlockBytes / 2), &maps.rope, 0, y, &bars->full[buf][8], 3, pol);
+                  if (!mc) TmaLoad2d<true>(dst + 8 * (kBlockBytes / 2), &maps.rope, 0, y, &bars->full[buf][8], pol);
+                  else if (peer != 0u)
+                    TmaLoad2dMc(dst + 8 * (kBlockBytes / 2), &maps.rope, 0, y, &bars->full[buf][8], 3, pol);
                 }
               }
               __syncwarp();
@@ -1384,7 +1394,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
             if constexpr (kMc) {  // attempt 72: announce the release here and at the peer; producer warp 0 / 1 loads
               for (int sd = c0 < 4 ? 0 : 1; sd <= (c1 > 4 ? 1 : 0); ++sd) {
                 MbarArrive(&bars->empty[buf][sd]);
-                MbarArriveRemote(&bars->empty[buf][sd], peer);
+                if (kMcSide(sd)) MbarArriveRemote(&bars->empty[buf][sd], peer);
               }
               return;
             }
