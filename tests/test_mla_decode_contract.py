@@ -344,15 +344,15 @@ def test_gpu_contract_load_paths(load):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("sched,load,pair_mc", [
-    ("pair", "auto", "both"), ("pair", "tma_evict_first", "both"), ("pair", "tma", "both"),
-    ("pair", "tma_multicast", "both"), ("pair", "tma_multicast", "left"), ("pair", "tma_multicast", "right"),
-    ("seesaw", "auto", "both")])
+    ("pair", "auto", "right"), ("pair", "tma_evict_first", "right"), ("pair", "tma", "right"),
+    ("pair", "tma_multicast", "right"), ("pair", "tma_multicast", "both"), ("pair", "tma_multicast", "left"),
+    ("seesaw", "auto", "right")])
 def test_gpu_contract_pair_schedule(sched, load, pair_mc):
     """Every GPU contract case under HELIX_MLA_DECODE_SCHED=pair with each load path it runs on (auto: multicast issued
     by producer warps where the row tiles pair, else consumer-issued evict-first copies; tma_evict_first: consumer-issued;
     tma_multicast: multicast where they pair; tma: the producer's whole parts), and under seesaw (the default picks pair
-    at G*H >= 512, so this keeps the seesaw tested there); HELIX_MLA_DECODE_PAIR_MC left / right: one half loaded by
-    each CTA alone; subprocesses (read once per process), three calls each,
+    at G*H >= 512, so this keeps the seesaw tested there); HELIX_MLA_DECODE_PAIR_MC right (default) / left: one half
+    loaded by each CTA alone, both: both multicast; subprocesses (read once per process), three calls each,
     against the oracle and bitwise against the first."""
     import subprocess
     env = dict(os.environ, HELIX_MLA_DECODE_SCHED=sched, HELIX_MLA_DECODE_LOAD=load, HELIX_MLA_DECODE_PAIR_MC=pair_mc)
@@ -366,7 +366,7 @@ def test_gpu_contract_pair_schedule(sched, load, pair_mc):
     ("HELIX_MLA_DECODE_SCHED", "pairs", "HELIX_MLA_DECODE_SCHED must be auto, seesaw or pair"),
     ("HELIX_MLA_DECODE_LOAD", "tma_bogus",
      "HELIX_MLA_DECODE_LOAD must be auto, cpasync, tma_evict_first, tma or tma_multicast"),
-    ("HELIX_MLA_DECODE_PAIR_MC", "all", "HELIX_MLA_DECODE_PAIR_MC must be both, left or right"),
+    ("HELIX_MLA_DECODE_PAIR_MC", "all", "HELIX_MLA_DECODE_PAIR_MC must be right, both or left"),
 ], ids=["sched", "load", "pair_mc"])
 def test_gpu_bad_env_names_the_variable(var, bad, message):
     """A bad HELIX_MLA_DECODE_SCHED / _LOAD value is an error naming the variable and its values, not a silent

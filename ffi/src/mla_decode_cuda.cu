@@ -1531,12 +1531,13 @@ int SeesawLoad(const Params& p, int mtiles, int kvar = 0) {
   return load;
 }
 
-// Which buffer halves the pair schedule multicasts (HELIX_MLA_DECODE_PAIR_MC, read once; experiment, session 33):
-// both (default), left (the right half, blocks 4-7, loaded by each CTA alone) or right (the left half and the rope block
-// alone). A half loaded alone waits only for its own CTA's release, not the peer's. Returns the LaunchMain kVar bits
-// (4096: left half alone, 8192: right half alone), -1 for a bad value.
+// Which buffer halves the pair schedule's multicast kernel multicasts (HELIX_MLA_DECODE_PAIR_MC, read once): right (the
+// default: the right V half multicast, the left half and the rope block loaded by each CTA alone), both, or left (the
+// left half and the rope block multicast, the right half alone). A part loaded alone waits only for its own CTA's release
+// (session 34, attempt 73: right 0.9 / 1.5 % faster than both at H=128 G=4, B = 16 / 64; left 2.6-4.6 % slower). Returns
+// the LaunchMain kVar bits (4096: the left half alone, 8192: the right half alone), -1 for a bad value.
 int PairMcFromEnv() {
-  static const int mode = EnvChoice("HELIX_MLA_DECODE_PAIR_MC", {{"both", 0}, {"left", 8192}, {"right", 4096}});
+  static const int mode = EnvChoice("HELIX_MLA_DECODE_PAIR_MC", {{"right", 4096}, {"both", 0}, {"left", 8192}});
   return mode;
 }
 
@@ -1678,7 +1679,7 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
   if (kFmt == kFmtNative && SsSchedFromEnv() < 0)
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_SCHED must be auto, seesaw or pair");
   if (kFmt == kFmtNative && PairMcFromEnv() < 0)
-    return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_PAIR_MC must be both, left or right");
+    return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_PAIR_MC must be right, both or left");
   if (TmaL2FromEnv() < 0)
     return ffi::Error::InvalidArgument("helix_mla_decode: HELIX_MLA_DECODE_TMA_L2 must be 128, 256 or none");
   if (SegCostFromEnv() < 0)

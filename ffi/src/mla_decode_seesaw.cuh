@@ -744,7 +744,9 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
           // consumer only announces the release (on this CTA's barrier and the peer's: count 2), and producer warp
           // `side` waits for both, arms this CTA's barriers and multicasts its share (every other block; the rope
           // block from rank 0). Warp 0 fills the left V half with the rope block, warp 1 the right half, each in the
-          // consumers' order of releases (pair_iter0 / pair_iter1: left t + 2, t + 3; right t + 3, t + 2).
+          // consumers' order of releases (pair_iter0 / pair_iter1: left t + 2, t + 3; right t + 3, t + 2). A side that
+          // kMcSide says is CTA-local (attempt 73; by default the left half with the rope block) waits for this CTA's
+          // release only (count 1) and its warp loads the whole side into this CTA.
           const int side = pt >> 5;
           if (side < 2) {
             auto fill = [&](int j) {
