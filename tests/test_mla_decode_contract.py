@@ -369,7 +369,7 @@ def test_gpu_contract_pair_schedule(sched, load, pair_mc):
     ("HELIX_MLA_DECODE_PAIR_MC", "all", "HELIX_MLA_DECODE_PAIR_MC must be right, both or left"),
 ], ids=["sched", "load", "pair_mc"])
 def test_gpu_bad_env_names_the_variable(var, bad, message):
-    """A bad HELIX_MLA_DECODE_SCHED / _LOAD value is an error naming the variable and its values, not a silent
+    """A bad HELIX_MLA_DECODE_SCHED / _LOAD / _PAIR_MC value is an error naming the variable and its values, not a silent
     default (read once per process: a subprocess)."""
     import subprocess
     env = dict(os.environ, **{var: bad})

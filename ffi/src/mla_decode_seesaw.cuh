@@ -670,7 +670,8 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       if constexpr (kDec) MbarInit(&bars->raw[b], 1);
       if constexpr (kStage) MbarInit(&bars->stage, 1);
       // kSelf with multicast: empty[b][0 / 1] count "the readers of the left / right V half of buffer b are done" from
-      // this CTA and from the peer (one arrival each per fill; see issue in the pair schedule); nothing else uses them.
+      // this CTA and from the peer (one arrival each per fill; see issue in the pair schedule; a CTA-local side, kMcSide
+      // false: this CTA's only); nothing else uses them.
       for (int c = 0; c < 3; ++c)
         MbarInit(&bars->empty[b][c], (kSelf && kMc) ? (c < 2 && !kMcSide(c) ? 1 : 2)
                                      : c == 0 ? (kMc ? 8 : 128) : (kMc ? 16 : 256));
