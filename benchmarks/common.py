@@ -17,7 +17,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-__all__ = ["device_line", "today", "time_ms", "time_kernels_ms", "kernel_summary", "copy_tb_per_s", "matmul_tflop_per_s", "ceilings",
+__all__ = ["device_line", "today", "time_ms", "time_kernels_ms", "kernel_summary", "copy_tb_per_s", "matmul_tflop_per_s", "fp8_matmul_tflop_per_s", "ceilings",
            "write_results", "markdown_table"]
 
 
@@ -145,6 +145,38 @@ def matmul_tflop_per_s(n: int = 8192) -> float:
     a = jax.random.normal(ka, (n, n), jnp.bfloat16)
     b = jax.random.normal(kb, (n, n), jnp.bfloat16)
     ms = time_ms(jax.jit(lambda x, y: x @ y), a, b, iterations=10)
+    return 2 * n ** 3 / (ms * 1e-3) / 1e12
+
+
+def fp8_matmul_tflop_per_s(n: int = 8192) -> float:
+    """E4M3 x E4M3 -> bf16 n^3 matrix product rate in TFLOP/s (torch's ``_scaled_mm`` on CUDA if present, else XLA).
+
+    Not one of the results JSON's ceilings: it bounds what fp8 tensor-core math can buy (issue 6's notes).
+    """
+    try:
+        import torch
+        if torch.cuda.is_available():
+            a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+            b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm wants
+            one = torch.ones((), device="cuda")
+            mm = lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+            for _ in range(3):
+                mm()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            ms = []
+            for _ in range(10):
+                s.record(); mm(); e.record(); e.synchronize()
+                ms.append(s.elapsed_time(e))
+            del a, b
+            torch.cuda.empty_cache()
+            return 2 * n ** 3 / (statistics.median(ms) * 1e-3) / 1e12
+    except ImportError:
+        pass
+    ka, kb = jax.random.split(jax.random.key(2))
+    a = jax.random.normal(ka, (n, n), jnp.float32).astype(jnp.float8_e4m3fn)
+    b = jax.random.normal(kb, (n, n), jnp.float32).astype(jnp.float8_e4m3fn)
+    f = jax.jit(lambda x, y: jnp.dot(x, y, preferred_element_type=jnp.bfloat16))
+    ms = time_ms(f, a, b, iterations=10)
     return 2 * n ** 3 / (ms * 1e-3) / 1e12
 
 

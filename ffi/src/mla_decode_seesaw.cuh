@@ -196,6 +196,21 @@ __device__ __forceinline__ void TmaLoad2dMc(void* dst, const CUtensorMap* map, i
 struct SsMaps {
   CUtensorMap lat, rope;
 };
+// Block c (0-7: latent columns 64c..64c+63, 8: the rope block) of the 64-token tile at pool row y into its place in
+// buffer dst, completing on bar, which this thread arms with the block's bytes first. kMcast: over the 1 x 2 cluster,
+// this CTA (rank peer ^ 1) issues every other block to both CTAs; the peer's copy of the others lands on the same barrier.
+template <bool kEvictFirst, bool kMcast = false>
+__device__ __forceinline__ void TmaKvBlock(uint16_t* dst, const SsMaps& maps, int c, int y, uint64_t* bar, uint64_t pol,
+                                           uint32_t peer = 0u) {
+  MbarArriveExpectTx(bar, kBlockBytes);
+  const CUtensorMap* map = c < 8 ? &maps.lat : &maps.rope;
+  const int x = c < 8 ? c * 64 : 0;
+  if constexpr (kMcast) {
+    if ((uint32_t)(c & 1) != peer) TmaLoad2dMc(dst + c * (kBlockBytes / 2), map, x, y, bar, 3, pol);
+  } else {
+    TmaLoad2d<kEvictFirst>(dst + c * (kBlockBytes / 2), map, x, y, bar, pol);
+  }
+}
 // Tensor maps of an nvfp4 pool (TMA loads, P % 64 == 0; mla_small_q4 and the seesaw kernel's decoding producer):
 // latent codes [N*P rows, 256 B], box 128 B x 64, 128-byte swizzle; rope codes and latent scales [N*P rows, 32 B],
 // box 32 B x 64, no swizzle. The rope scales (4 B per row: no tensor map, a row stride must be a multiple of 16 B)
@@ -758,19 +773,12 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
                 const int y = PageOf(p, b, t0) * p.P + t0 % p.P;
                 uint16_t* dst = reinterpret_cast<uint16_t*>(kbuf + buf * kSsTileBytes);
                 const bool mc = kMcSide(side);
-                for (int c = side * 4; c < side * 4 + 4; ++c) {
-                  MbarArriveExpectTx(&bars->full[buf][c], kBlockBytes);
-                  if (!mc)
-                    TmaLoad2d<true>(dst + c * (kBlockBytes / 2), &maps.lat, c * 64, y, &bars->full[buf][c], pol);
-                  else if ((uint32_t)(c & 1) != peer)
-                    TmaLoad2dMc(dst + c * (kBlockBytes / 2), &maps.lat, c * 64, y, &bars->full[buf][c], 3, pol);
-                }
-                if (side == 0) {
-                  MbarArriveExpectTx(&bars->full[buf][8], kBlockBytes);
-                  if (!mc) TmaLoad2d<true>(dst + 8 * (kBlockBytes / 2), &maps.rope, 0, y, &bars->full[buf][8], pol);
-                  else if (peer != 0u)
-                    TmaLoad2dMc(dst + 8 * (kBlockBytes / 2), &maps.rope, 0, y, &bars->full[buf][8], 3, pol);
-                }
+                auto block = [&](int c) {
+                  if (mc) TmaKvBlock<true, true>(dst, maps, c, y, &bars->full[buf][c], pol, peer);
+                  else TmaKvBlock<true>(dst, maps, c, y, &bars->full[buf][c], pol);
+                };
+                for (int c = side * 4; c < side * 4 + 4; ++c) block(c);
+                if (side == 0) block(8);
               }
               __syncwarp();
             };
@@ -911,14 +919,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
                     MbarArrive(&bars->full[buf][c]);
                     continue;
                   }
-                  MbarArriveExpectTx(&bars->full[buf][c], kBlockBytes);  // kMc: the peer may issue this block
-                  const CUtensorMap* map = c < 8 ? &maps.lat : &maps.rope;
-                  if constexpr (kMc) {
-                    if ((uint32_t)(c & 1) != peer)  // this CTA (rank peer ^ 1) issues every other block to both
-                      TmaLoad2dMc(dst + c * (kBlockBytes / 2), map, c < 8 ? c * 64 : 0, y, &bars->full[buf][c], 3, pol);
-                  } else {
-                    TmaLoad2d<kLoad >= 2>(dst + c * (kBlockBytes / 2), map, c < 8 ? c * 64 : 0, y, &bars->full[buf][c], pol);
-                  }
+                  TmaKvBlock<kLoad >= 2, kMc>(dst, maps, c, y, &bars->full[buf][c], pol, peer);  // kMc: or the peer
                 }
               }
               __syncwarp();
@@ -1402,14 +1403,8 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
               return;
             }
             uint16_t* dst = reinterpret_cast<uint16_t*>(kbuf + buf * kSsTileBytes);
-            for (int c = c0; c < c1; ++c) {
-              MbarArriveExpectTx(&bars->full[buf][c], kBlockBytes);
-              TmaLoad2d<true>(dst + c * (kBlockBytes / 2), &maps.lat, c * 64, y, &bars->full[buf][c], kv_pol);
-            }
-            if (rope) {
-              MbarArriveExpectTx(&bars->full[buf][8], kBlockBytes);
-              TmaLoad2d<true>(dst + 8 * (kBlockBytes / 2), &maps.rope, 0, y, &bars->full[buf][8], kv_pol);
-            }
+            for (int c = c0; c < c1; ++c) TmaKvBlock<true>(dst, maps, c, y, &bars->full[buf][c], kv_pol);
+            if (rope) TmaKvBlock<true>(dst, maps, 8, y, &bars->full[buf][8], kv_pol);
           }
         }
       };
