@@ -273,7 +273,7 @@ def test_gpu_contract(implementation, B, G, H, P, lens, rng):
 @pytest.mark.gpu
 @pytest.mark.parametrize("B,G,H,P,lens", [(3, 4, 128, 64, [131072, 70, 1]), (2, 8, 128, 64, [5000, 127])])
 def test_gpu_contract_f16(B, G, H, P, lens, rng):
-    """f16 queries and pages where the default picks the pair schedule with multicast (G*H >= 512; the f16
+    """f16 queries and pages where the default picks the pair schedule with multicast (G*H >= 256; the f16
     instantiation of the 16-bit seesaw, whose bf16 twin GPU_CASES covers), a partial last tile among them."""
     if jax.default_backend() != "gpu":
         pytest.fail("the gpu-marked tests need a GPU backend")
@@ -351,7 +351,7 @@ def test_gpu_contract_pair_schedule(sched, load, pair_mc):
     """Every GPU contract case under HELIX_MLA_DECODE_SCHED=pair with each load path it runs on (auto: multicast issued
     by producer warps where the row tiles pair, else consumer-issued evict-first copies; tma_evict_first: consumer-issued;
     tma_multicast: multicast where they pair; tma: the producer's whole parts), and under seesaw (the default picks pair
-    at G*H >= 512, so this keeps the seesaw tested there); HELIX_MLA_DECODE_PAIR_MC right (default) / left: one half
+    at G*H >= 256, so this keeps the seesaw tested there); HELIX_MLA_DECODE_PAIR_MC right (default) / left: one half
     loaded by each CTA alone, both: both multicast; subprocesses (read once per process), three calls each,
     against the oracle and bitwise against the first."""
     import subprocess

@@ -1542,16 +1542,17 @@ int PairMcFromEnv() {
 }
 
 // The 16-bit seesaw's schedule for this call (kVar bit 2048 for pair, else 0; SsSchedFromEnv checked first). auto picks
-// the pair schedule with multicast where the seesaw would multicast and there are at least 8 row tiles (G * H >= 512):
-// there it was 2.4-3.7 % faster at H=128 G = 4 / 8, B = 16 / 64, and 1-2 % slower at G <= 2 and at H=64 G=4 (session 33,
-// benchmarks/NOTES.md; four row tiles or fewer share each KV tile between at most two clusters, so more of its loads
-// come from HBM, and the pair schedule's later release of a buffer shows).
+// the pair schedule with multicast where the seesaw would multicast and there are at least 4 row tiles (G * H >= 256).
+// At 8+ row tiles it was 2.4-3.7 % faster at H=128 G = 4 / 8, B = 16 / 64 (session 33). At 4 row tiles, with one buffer
+// half loaded per CTA (PAIR_MC=right, session 34): H=64 G=4 B=64 +4 % (session 34) and +6-8 % in each of three rounds
+// (3.70-3.83 against 3.99-4.09 ms, session 35), H=128 G=2 B=64 +1.5 % / level, B=16 level to 1 % slower. At 2 row tiles
+// (G=1, H=128) the seesaw stays: pair 2 % slower there (sessions 33-34; benchmarks/NOTES.md).
 template <bool kBf16>
 int SsSched(const Params& p, int mtiles) {
   const int env = SsSchedFromEnv();
   const int mc = PairMcFromEnv();
   if (env != 1) return env == 2048 ? 2048 | mc : env;
-  return mtiles >= 8 && SeesawLoad<kBf16>(p, mtiles) == 3 ? 2048 | mc : 0;
+  return mtiles >= 4 && SeesawLoad<kBf16>(p, mtiles) == 3 ? 2048 | mc : 0;
 }
 
 template <bool kBf16, int kMode, int kFmt = kFmtNative, int kVar = 0>
