@@ -96,25 +96,55 @@ def kernel_summary(kernels: dict[str, float]) -> str:
     return " / ".join(f"{k} {v * 1e3:.1f}" for k, v in kernels.items())
 
 
-def copy_tb_per_s(nbytes: int = 2 << 30) -> float:
-    """Device-to-device copy bandwidth in TB/s counting bytes read + written (torch on CUDA if present)."""
+def _torch_cuda():
+    """torch if it is installed and sees a CUDA device (the GPU image has it), else None."""
     try:
         import torch
-        if torch.cuda.is_available():
-            a = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device="cuda")
-            b = torch.empty_like(a)
-            for _ in range(3):
-                b.copy_(a)
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            ms = []
-            for _ in range(10):
-                s.record(); b.copy_(a); e.record(); e.synchronize()
-                ms.append(s.elapsed_time(e))
-            del a, b
-            torch.cuda.empty_cache()
-            return 2 * nbytes / (statistics.median(ms) * 1e-3) / 1e12
     except ImportError:
-        pass
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def _torch_median_ms(torch, make, iterations: int = 10) -> float:
+    """Median CUDA-event time in ms of the call that ``make()`` returns, after three warm-up calls; its tensors are
+    freed (and torch's cache emptied) before JAX runs again."""
+    fn = make()
+    for _ in range(3):
+        fn()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ms = []
+    for _ in range(iterations):
+        s.record(); fn(); e.record(); e.synchronize()
+        ms.append(s.elapsed_time(e))
+    del fn
+    torch.cuda.empty_cache()
+    return statistics.median(ms)
+
+
+def _copy_call(torch, nbytes):
+    a = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    return lambda: b.copy_(a)
+
+
+def _matmul_call(torch, n):
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    return lambda: a @ b
+
+
+def _fp8_matmul_call(torch, n):
+    a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm wants
+    one = torch.ones((), device="cuda")
+    return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+
+def copy_tb_per_s(nbytes: int = 2 << 30) -> float:
+    """Device-to-device copy bandwidth in TB/s counting bytes read + written (torch on CUDA if present)."""
+    if (torch := _torch_cuda()) is not None:
+        ms = _torch_median_ms(torch, lambda: _copy_call(torch, nbytes))
+        return 2 * nbytes / (ms * 1e-3) / 1e12
     n = nbytes // 4
     x = jax.random.normal(jax.random.key(0), (n,), jnp.float32)
     f = jax.jit(lambda v: v * 1.0001)
@@ -124,23 +154,9 @@ def copy_tb_per_s(nbytes: int = 2 << 30) -> float:
 
 def matmul_tflop_per_s(n: int = 8192) -> float:
     """bf16 n^3 matrix product rate in TFLOP/s on random data (torch on CUDA if present, else XLA)."""
-    try:
-        import torch
-        if torch.cuda.is_available():
-            a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-            b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-            for _ in range(3):
-                a @ b
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            ms = []
-            for _ in range(10):
-                s.record(); a @ b; e.record(); e.synchronize()
-                ms.append(s.elapsed_time(e))
-            del a, b
-            torch.cuda.empty_cache()
-            return 2 * n ** 3 / (statistics.median(ms) * 1e-3) / 1e12
-    except ImportError:
-        pass
+    if (torch := _torch_cuda()) is not None:
+        ms = _torch_median_ms(torch, lambda: _matmul_call(torch, n))
+        return 2 * n ** 3 / (ms * 1e-3) / 1e12
     ka, kb = jax.random.split(jax.random.key(1))
     a = jax.random.normal(ka, (n, n), jnp.bfloat16)
     b = jax.random.normal(kb, (n, n), jnp.bfloat16)
@@ -151,27 +167,11 @@ def matmul_tflop_per_s(n: int = 8192) -> float:
 def fp8_matmul_tflop_per_s(n: int = 8192) -> float:
     """E4M3 x E4M3 -> bf16 n^3 matrix product rate in TFLOP/s (torch's ``_scaled_mm`` on CUDA if present, else XLA).
 
-    Not one of the results JSON's ceilings: it bounds what fp8 tensor-core math can buy (issue 6's notes).
+    Not one of the results JSON's ceilings: it bounds what fp8 tensor-core math can buy (issue 6's nvfp4 bound).
     """
-    try:
-        import torch
-        if torch.cuda.is_available():
-            a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
-            b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm wants
-            one = torch.ones((), device="cuda")
-            mm = lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-            for _ in range(3):
-                mm()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            ms = []
-            for _ in range(10):
-                s.record(); mm(); e.record(); e.synchronize()
-                ms.append(s.elapsed_time(e))
-            del a, b
-            torch.cuda.empty_cache()
-            return 2 * n ** 3 / (statistics.median(ms) * 1e-3) / 1e12
-    except ImportError:
-        pass
+    if (torch := _torch_cuda()) is not None:
+        ms = _torch_median_ms(torch, lambda: _fp8_matmul_call(torch, n))
+        return 2 * n ** 3 / (ms * 1e-3) / 1e12
     ka, kb = jax.random.split(jax.random.key(2))
     a = jax.random.normal(ka, (n, n), jnp.float32).astype(jnp.float8_e4m3fn)
     b = jax.random.normal(kb, (n, n), jnp.float32).astype(jnp.float8_e4m3fn)

@@ -105,6 +105,40 @@ __device__ __forceinline__ void ReleaseAfterLoads(uint64_t* b, bool each = false
     MbarArrive(b);
   }
 }
+
+// Row maxima (raw logits) of S tile blk (64 tokens) in the m64n64 accumulator layout (sc[nt][0..1]: row g, sc[nt][2..3]:
+// row g + 8, tokens blk * 64 + nt * 8 + 2 (lane & 3) + {0, 1}), masking sc in place to -inf past each row's bound (bnd0 / bnd1)
+// where the tile crosses one; a warp whose rows all hold the whole tile skips the compares. Quad-reduced.
+__device__ __forceinline__ void MaskedRowMax(float (&sc)[8][4], int blk, int lane, int bnd0, int bnd1, float& mx0,
+                                             float& mx1) {
+  const int tok0 = blk * kTokTile + (lane & 3) * 2;
+  mx0 = -INFINITY, mx1 = -INFINITY;
+  if (__all_sync(0xffffffffu, (blk + 1) * kTokTile <= min(bnd0, bnd1))) {
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      mx0 = fmaxf(mx0, fmaxf(sc[nt][0], sc[nt][1]));
+      mx1 = fmaxf(mx1, fmaxf(sc[nt][2], sc[nt][3]));
+    }
+  } else {
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int t = tok0 + nt * 8 + e;
+        sc[nt][e] = t < bnd0 ? sc[nt][e] : -INFINITY;
+        sc[nt][2 + e] = t < bnd1 ? sc[nt][2 + e] : -INFINITY;
+        mx0 = fmaxf(mx0, sc[nt][e]);
+        mx1 = fmaxf(mx1, sc[nt][2 + e]);
+      }
+    }
+  }
+#pragma unroll
+  for (int off = 1; off <= 2; off <<= 1) {
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+  }
+}
+
 // Four 8 x 8 16-bit matrices from registers to shared memory (lane l: the address of row l & 7 of matrix l >> 3; register
 // i holds this thread's two values of matrix i, the mma accumulator's fragment order).
 __device__ __forceinline__ void StMatrixX4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
@@ -1188,32 +1222,8 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       // sl2r* are positive: softmax_scale > 0, checked by the API) and the factor folded into each exponent's FMA; the
       // bound compares are skipped where the whole tile lies inside every bound of the warp (all but a segment's last
       // tiles).
-      const int tok0 = (blk0 + j) * kTokTile + (lane & 3) * 2;
-      float mx0 = -INFINITY, mx1 = -INFINITY;
-      if (__all_sync(0xffffffffu, (blk0 + j + 1) * kTokTile <= min(bnd0, bnd1))) {
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          mx0 = fmaxf(mx0, fmaxf(sc4[nt][0], sc4[nt][1]));
-          mx1 = fmaxf(mx1, fmaxf(sc4[nt][2], sc4[nt][3]));
-        }
-      } else {
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int t = tok0 + nt * 8 + e;
-            sc4[nt][e] = t < bnd0 ? sc4[nt][e] : -INFINITY;
-            sc4[nt][2 + e] = t < bnd1 ? sc4[nt][2 + e] : -INFINITY;
-            mx0 = fmaxf(mx0, sc4[nt][e]);
-            mx1 = fmaxf(mx1, sc4[nt][2 + e]);
-          }
-        }
-      }
-#pragma unroll
-      for (int off = 1; off <= 2; off <<= 1) {
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-      }
+      float mx0, mx1;
+      MaskedRowMax(sc4, blk0 + j, lane, bnd0, bnd1, mx0, mx1);
       const float mn0 = fmaxf(m0, mx0 * sl2r0), mn1 = fmaxf(m1, mx1 * sl2r1);
       const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
       const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
@@ -1303,34 +1313,11 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         for (int i = 0; i < 8; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.f;
         FenceRegs(sc);
       };
-      // Row maxima (raw logits) of tile j, masking sc in place by each row's bound where the tile crosses one.
+      // Row maxima (raw logits) of tile j, masked by each row's bound (MaskedRowMax). A lambda on purpose: calling the
+      // helper with blk0 + t + 1 at the call sites moved ptxas's schedule in 10 kernels (cuobjdump), this form is
+      // SASS-identical to the code it replaced.
       auto tile_max = [&](float (&sc)[8][4], int j, float& mx0, float& mx1) {
-        const int tok0 = (blk0 + j) * kTokTile + (lane & 3) * 2;
-        mx0 = -INFINITY, mx1 = -INFINITY;
-        if (__all_sync(0xffffffffu, (blk0 + j + 1) * kTokTile <= min(bnd0, bnd1))) {
-#pragma unroll
-          for (int nt = 0; nt < 8; ++nt) {
-            mx0 = fmaxf(mx0, fmaxf(sc[nt][0], sc[nt][1]));
-            mx1 = fmaxf(mx1, fmaxf(sc[nt][2], sc[nt][3]));
-          }
-        } else {
-#pragma unroll
-          for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int t = tok0 + nt * 8 + e;
-              sc[nt][e] = t < bnd0 ? sc[nt][e] : -INFINITY;
-              sc[nt][2 + e] = t < bnd1 ? sc[nt][2 + e] : -INFINITY;
-              mx0 = fmaxf(mx0, sc[nt][e]);
-              mx1 = fmaxf(mx1, sc[nt][2 + e]);
-            }
-          }
-        }
-#pragma unroll
-        for (int off = 1; off <= 2; off <<= 1) {
-          mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-          mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-        }
+        MaskedRowMax(sc, blk0 + j, lane, bnd0, bnd1, mx0, mx1);
       };
       // sc = 2^(sc * sl2r - mu) in place (mu finite), with the row sums.
       auto tile_exp = [&](float (&sc)[8][4], float mu0, float mu1, float& rs0, float& rs1) {
