@@ -367,30 +367,8 @@ __global__ void __launch_bounds__(384, 1) mla_mid_q8s(Params p, Sched s, QParams
       // The max on the raw logits (f0, f1 > 0: softmax_scale > 0 is checked by the API), the factor folded into each
       // exponent's FMA below; the bound compares only where the tile crosses a bound of the warp (the bf16 seesaw's
       // session-22 form, attempt 45).
-      float mx0 = -INFINITY, mx1 = -INFINITY;
-      if (__all_sync(0xffffffffu, t0 + kTokTile <= min(b0, b1))) {
-#pragma unroll
-        for (int n8 = 0; n8 < 8; ++n8) {
-          mx0 = fmaxf(mx0, fmaxf(sacc[n8][0], sacc[n8][1]));
-          mx1 = fmaxf(mx1, fmaxf(sacc[n8][2], sacc[n8][3]));
-        }
-      } else {
-#pragma unroll
-        for (int n8 = 0; n8 < 8; ++n8)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int t = t0 + 8 * n8 + 2 * c4 + e;
-            sacc[n8][e] = t < b0 ? sacc[n8][e] : -INFINITY;
-            sacc[n8][2 + e] = t < b1 ? sacc[n8][2 + e] : -INFINITY;
-            mx0 = fmaxf(mx0, sacc[n8][e]);
-            mx1 = fmaxf(mx1, sacc[n8][2 + e]);
-          }
-      }
-#pragma unroll
-      for (int off = 1; off <= 2; off <<= 1) {
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-      }
+      float mx0, mx1;
+      MaskedRowMax(sacc, t0, lane, b0, b1, mx0, mx1);
       mx0 *= f0;
       mx1 *= f1;
       const float mp0 = first ? -INFINITY : sM[pp * kM8Rows + r0], mp1 = first ? -INFINITY : sM[pp * kM8Rows + r1];

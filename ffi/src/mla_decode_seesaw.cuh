@@ -106,14 +106,15 @@ __device__ __forceinline__ void ReleaseAfterLoads(uint64_t* b, bool each = false
   }
 }
 
-// Row maxima (raw logits) of S tile blk (64 tokens) in the m64n64 accumulator layout (sc[nt][0..1]: row g, sc[nt][2..3]:
-// row g + 8, tokens blk * 64 + nt * 8 + 2 (lane & 3) + {0, 1}), masking sc in place to -inf past each row's bound (bnd0 / bnd1)
-// where the tile crosses one; a warp whose rows all hold the whole tile skips the compares. Quad-reduced.
-__device__ __forceinline__ void MaskedRowMax(float (&sc)[8][4], int blk, int lane, int bnd0, int bnd1, float& mx0,
+// Row maxima (raw logits) of a 64-token S tile starting at token tile0, in the m64n64 accumulator layout (sc[nt][0..1]:
+// row g, sc[nt][2..3]: row g + 8, tokens tile0 + nt * 8 + 2 (lane & 3) + {0, 1}), masking sc in place to -inf past each
+// row's bound (bnd0 / bnd1) where the tile crosses one; a warp whose rows all hold the whole tile skips the compares.
+// Quad-reduced. (The 16-bit seesaw's softmax and mla_mid_q8s's.)
+__device__ __forceinline__ void MaskedRowMax(float (&sc)[8][4], int tile0, int lane, int bnd0, int bnd1, float& mx0,
                                              float& mx1) {
-  const int tok0 = blk * kTokTile + (lane & 3) * 2;
+  const int tok0 = tile0 + (lane & 3) * 2;
   mx0 = -INFINITY, mx1 = -INFINITY;
-  if (__all_sync(0xffffffffu, (blk + 1) * kTokTile <= min(bnd0, bnd1))) {
+  if (__all_sync(0xffffffffu, tile0 + kTokTile <= min(bnd0, bnd1))) {
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
       mx0 = fmaxf(mx0, fmaxf(sc[nt][0], sc[nt][1]));
@@ -1223,7 +1224,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       // bound compares are skipped where the whole tile lies inside every bound of the warp (all but a segment's last
       // tiles).
       float mx0, mx1;
-      MaskedRowMax(sc4, blk0 + j, lane, bnd0, bnd1, mx0, mx1);
+      MaskedRowMax(sc4, (blk0 + j) * kTokTile, lane, bnd0, bnd1, mx0, mx1);
       const float mn0 = fmaxf(m0, mx0 * sl2r0), mn1 = fmaxf(m1, mx1 * sl2r1);
       const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
       const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
@@ -1317,7 +1318,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       // helper with blk0 + t + 1 at the call sites moved ptxas's schedule in 10 kernels (cuobjdump), this form is
       // SASS-identical to the code it replaced.
       auto tile_max = [&](float (&sc)[8][4], int j, float& mx0, float& mx1) {
-        MaskedRowMax(sc, blk0 + j, lane, bnd0, bnd1, mx0, mx1);
+        MaskedRowMax(sc, (blk0 + j) * kTokTile, lane, bnd0, bnd1, mx0, mx1);
       };
       // sc = 2^(sc * sl2r - mu) in place (mu finite), with the row sums.
       auto tile_exp = [&](float (&sc)[8][4], float mu0, float mu1, float& rs0, float& rs1) {
