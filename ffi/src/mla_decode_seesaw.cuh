@@ -1314,9 +1314,9 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         for (int i = 0; i < 8; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.f;
         FenceRegs(sc);
       };
-      // Row maxima (raw logits) of tile j, masked by each row's bound (MaskedRowMax). A lambda on purpose: calling the
-      // helper with blk0 + t + 1 at the call sites moved ptxas's schedule in 10 kernels (cuobjdump), this form is
-      // SASS-identical to the code it replaced.
+      // Row maxima (raw logits) of tile j, masked by each row's bound (MaskedRowMax). A lambda on purpose: the helper
+      // called at the two sites with the tile index written out there (blk0 + t + 1) moved ptxas's schedule in 10
+      // kernels (cuobjdump, session 35); through this lambda the kernels are SASS-identical to the code it replaced.
       auto tile_max = [&](float (&sc)[8][4], int j, float& mx0, float& mx1) {
         MaskedRowMax(sc, (blk0 + j) * kTokTile, lane, bnd0, bnd1, mx0, mx1);
       };
