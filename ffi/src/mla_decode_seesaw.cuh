@@ -140,6 +140,11 @@ __device__ __forceinline__ void MaskedRowMax(float (&sc)[8][4], int tile0, int l
   }
 }
 
+// A consumer warpgroup's index, run-time or compile-time (see the seesaw's consumer lambda).
+__device__ __forceinline__ int WgIndex(int w) { return w; }
+template <int N>
+__device__ __forceinline__ constexpr int WgIndex(std::integral_constant<int, N>) { return N; }
+
 // Four 8 x 8 16-bit matrices from registers to shared memory (lane l: the address of row l & 7 of matrix l >> 3; register
 // i holds this thread's two values of matrix i, the mma accumulator's fragment order).
 __device__ __forceinline__ void StMatrixX4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
@@ -1017,7 +1022,10 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
 
   // ---------------- consumers (wg 0: output columns 0..255, wg 1: 256..511) ----------------
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kDec ? kSsNv4ConsumerRegs : kSsConsumerRegs));
-  const int w = wg;
+  // w: an int, or (kLoad 3) a std::integral_constant, one copy of the consumer code per warpgroup: there the block
+  // order of S and the V half offsets fold into the wgmma descriptors' immediates (kLoad 2's copies spill).
+  auto consumer = [&](auto w_arg) {
+  const int w = WgIndex(w_arg);
   const int wt = threadIdx.x & 127, lane = threadIdx.x & 31;
   const int lr0 = (wt >> 5) * 16 + (lane >> 2), lr1 = lr0 + 8;
   const uint32_t qa = SmemAddr(sQ), kb0 = SmemAddr(kbuf);
@@ -1640,6 +1648,13 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
     ++sc;
   }
   if constexpr (kMc) ClusterSync();  // the peer's consumers may still arrive on this CTA's barriers
+  };
+  if constexpr (kLoad == 3) {
+    if (wg == 0) consumer(std::integral_constant<int, 0>{});
+    else consumer(std::integral_constant<int, 1>{});
+  } else {
+    consumer(wg);
+  }
 }
 
 }  // namespace
