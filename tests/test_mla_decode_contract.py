@@ -271,10 +271,12 @@ def test_gpu_contract(implementation, B, G, H, P, lens, rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("B,G,H,P,lens", [(3, 4, 128, 64, [131072, 70, 1]), (2, 8, 128, 64, [5000, 127])])
+@pytest.mark.parametrize("B,G,H,P,lens", [(3, 4, 128, 64, [131072, 70, 1]), (2, 8, 128, 64, [5000, 127]),
+                                           (2, 2, 128, 64, [9000, 130])])
 def test_gpu_contract_f16(B, G, H, P, lens, rng):
     """f16 queries and pages where the default picks the pair schedule with multicast (G*H >= 256; the f16
-    instantiation of the 16-bit seesaw, whose bf16 twin GPU_CASES covers), a partial last tile among them."""
+    instantiations of the 16-bit seesaw, whose bf16 twins GPU_CASES covers: at 4 row tiles, G*H = 256, the kernel with
+    one consumer code copy per warpgroup), a partial last tile among them."""
     if jax.default_backend() != "gpu":
         pytest.fail("the gpu-marked tests need a GPU backend")
     case = gpu_case(rng, B, G, H, P, lens, dtype=jnp.float16)

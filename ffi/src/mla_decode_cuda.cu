@@ -1546,13 +1546,15 @@ int PairMcFromEnv() {
 // At 8+ row tiles it was 2.4-3.7 % faster at H=128 G = 4 / 8, B = 16 / 64 (session 33). At 4 row tiles, with one buffer
 // half loaded per CTA (PAIR_MC=right, session 34): H=64 G=4 B=64 +4 % (session 34) and +6-8 % in each of three rounds
 // (3.70-3.83 against 3.99-4.09 ms, session 35), H=128 G=2 B=64 +1.5 % / level, B=16 level to 1 % slower. At 2 row tiles
-// (G=1, H=128) the seesaw stays: pair 2 % slower there (sessions 33-34; benchmarks/NOTES.md).
+// (G=1, H=128) the seesaw stays: pair 2 % slower there (sessions 33-34; benchmarks/NOTES.md). At exactly 4 row tiles the
+// multicast pair kernel (PAIR_MC=right) runs with one consumer code copy per warpgroup (bit 32768): H=64 G=4 +1.1 % at
+// B=16 and 3.57 against 3.62-3.89 ms at B=64 in three rounds; 0.6 % slower at 8 row tiles (session 36).
 template <bool kBf16>
 int SsSched(const Params& p, int mtiles) {
   const int env = SsSchedFromEnv();
   const int mc = PairMcFromEnv();
-  if (env != 1) return env == 2048 ? 2048 | mc : env;
-  return mtiles >= 4 && SeesawLoad<kBf16>(p, mtiles) == 3 ? 2048 | mc : 0;
+  const int sched = env != 1 ? (env == 2048 ? 2048 | mc : env) : mtiles >= 4 && SeesawLoad<kBf16>(p, mtiles) == 3 ? 2048 | mc : 0;
+  return sched == (2048 | 4096) && mtiles == 4 && SeesawLoad<kBf16>(p, mtiles) == 3 ? sched | 32768 : sched;
 }
 
 template <bool kBf16, int kMode, int kFmt = kFmtNative, int kVar = 0>
@@ -1622,7 +1624,8 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
   } else if constexpr (kMode == kSeesaw) {
     constexpr int kV = kVar & 7, kVp = kV | ((kVar & 2048) ? 16 : 0);  // kVar bit 2048: the pair schedule (TMA loads)
     // kVar bits 4096 / 8192 (HELIX_MLA_DECODE_PAIR_MC): the multicast pair kernel loads its left / right half alone.
-    constexpr int kVp3 = kVp | ((kVar & 4096) ? 32 : 0) | ((kVar & 8192) ? 64 : 0);
+    // kVar bit 32768: ... with one copy of the consumer code per warpgroup (mla_seesaw kVar bit 128).
+    constexpr int kVp3 = kVp | ((kVar & 4096) ? 32 : 0) | ((kVar & 8192) ? 64 : 0) | ((kVar & 32768) ? 128 : 0);
     const int load = SeesawLoad<kBf16>(p, mtiles, kVar);
     if (load < 0) return cudaErrorInvalidValue;  // Launch checks the variable first and names it
     SsMaps maps{};
@@ -1757,6 +1760,8 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
     HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmtNative, 2048>(p, s, num_parts, mtiles, stream)));
   else if (seesaw && sched == (2048 | 4096))
     HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmtNative, 2048 | 4096>(p, s, num_parts, mtiles, stream)));
+  else if (seesaw && sched == (2048 | 4096 | 32768))
+    HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmtNative, 2048 | 4096 | 32768>(p, s, num_parts, mtiles, stream)));
   else if (seesaw && sched == (2048 | 8192))
     HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw, kFmtNative, 2048 | 8192>(p, s, num_parts, mtiles, stream)));
   else if (seesaw) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSeesaw>(p, s, num_parts, mtiles, stream)));

@@ -717,6 +717,11 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
   // (no multicast: its refill waits for this CTA's release only). kMcSide(sd): half sd is multicast.
   constexpr int kAloneSides = kPair && kLoad == 3 ? (kVar >> 5) & 3 : 0;
   auto kMcSide = [](int sd) { return ((kAloneSides >> sd) & 1) == 0; };
+  // kVar bit 128 (the pair schedule's multicast kernel; auto at 4 row tiles): one copy of the consumer code per
+  // warpgroup (attempt 76, benchmarks/NOTES.md session 36: +1-2 % at H=64 G=4; the G=1 seesaw and 8 row tiles 0.5-0.8 %
+  // slower, so not everywhere; kLoad 2's copies spill).
+  constexpr bool kStaticW = (kVar & 128) != 0;
+  static_assert(!kStaticW || (kPair && kLoad == 3), "one consumer copy per warpgroup: the multicast pair kernel");
   static_assert(!kStage || (kNv4 && (kVar & 4) == 0), "the staging slot: nvfp4 pages, no load-free probe");
   unsigned char* const stage = smem + kSsStageOff;  // (kStage only: the launch gives kSsSmemBytesStage)
   if (threadIdx.x == 0) {
@@ -1022,634 +1027,634 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
 
   // ---------------- consumers (wg 0: output columns 0..255, wg 1: 256..511) ----------------
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kDec ? kSsNv4ConsumerRegs : kSsConsumerRegs));
-  // w: an int, or (kLoad 3) a std::integral_constant, one copy of the consumer code per warpgroup: there the block
-  // order of S and the V half offsets fold into the wgmma descriptors' immediates (kLoad 2's copies spill).
+  // The consumers' code, w = 0 or 1. kStaticW: one copy per warpgroup with w a compile-time constant (the block order of
+  // S and the V half offsets fold into the wgmma descriptors' immediates); else one copy for both.
   auto consumer = [&](auto w_arg) {
-  const int w = WgIndex(w_arg);
-  const int wt = threadIdx.x & 127, lane = threadIdx.x & 31;
-  const int lr0 = (wt >> 5) * 16 + (lane >> 2), lr1 = lr0 + 8;
-  const uint32_t qa = SmemAddr(sQ), kb0 = SmemAddr(kbuf);
-  constexpr uint32_t lbo = kBlockBytes, sbo = 1024;
-  const uint64_t dq = Desc(qa, 16, 1024);
-  // nvfp4: codes * block scales are the pool's values times the global scale (helix_jax/quant.py)
-  const float out_mul = kDec ? __frcp_rn(__ldg(qp.kv_scale)) : 1.f, sl2 = p.scale_log2 * out_mul;
-  int kbase = 0, sc = 0;
-  uint64_t kv_pol = 0;  // kSelf: the consumers' KV copies carry the producer's evict-first hint
-  if constexpr (kSelf) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(kv_pol));
-  // Releases role `part` (see SsBars::empty) of KV buffer `buf` (kMc: one lane per warp on this CTA's
-  // barrier, one on the peer's; the warp is converged at every call site and its wgmma reads have completed).
-  auto empty_arrive = [&](int buf, int part) {
-    if constexpr (kSelf) return;  // nobody waits: the consumers refill the buffers themselves
-    if constexpr (kMc) {
-      __syncwarp();
-      if (lane == 0) MbarArrive(&bars->empty[buf][part]);
-      if (lane == 1) MbarArriveRemote(&bars->empty[buf][part], peer);
-    } else {
-      MbarArrive(&bars->empty[buf][part]);
-    }
-  };
-
-  for (int si = range.x; si < range.y; ++si) {
-    const int4 seg = s.seg[SegRow(p) + si];
-    const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
-    const int gr0 = row0 + lr0, gr1 = row0 + lr1;
-    if (n <= 0) {  // never produced by the schedule; keep the partial well defined anyway
-      uint16_t* o0 = p.o_part + ((long long)si * p.GH + gr0) * kDl + w * 256 + (lane & 3) * 2;
-      uint16_t* o1 = p.o_part + ((long long)si * p.GH + gr1) * kDl + w * 256 + (lane & 3) * 2;
-      for (int nt = 0; nt < 32; ++nt) {
-        if (gr0 < p.GH) StPart2<kBf16>(o0 + nt * 8, 0.f, 0.f);
-        if (gr1 < p.GH) StPart2<kBf16>(o1 + nt * 8, 0.f, 0.f);
-      }
-      if (w == 0 && (lane & 3) == 0) {
-        if (gr0 < p.GH) p.lse_part[(long long)si * p.GH + gr0] = -INFINITY;
-        if (gr1 < p.GH) p.lse_part[(long long)si * p.GH + gr1] = -INFINITY;
-      }
-      continue;
-    }
-    // A whole tile of a TMA load mode came by TMA; a sequence's partial last tile by cp.async (see the producer).
-    constexpr bool kTmaTiles = kLoad >= 1 && kLoad <= 3;
-    const int len = kTmaTiles ? SeqLen(p.bounds, b, p.G, p.cap) : 0;
-    int bnd0 = 0, bnd1 = 0;
-    if (gr0 < p.GH) bnd0 = min(max(p.bounds[b * p.G + gr0 / p.H], 0), p.cap);
-    if (gr1 < p.GH) bnd1 = min(max(p.bounds[b * p.G + gr1 / p.H], 0), p.cap);
-    MbarWait(&bars->q_full, sc & 1);
-    // Logit factors of rows lr0, lr1 (kF16Q: times the f16 Q rows' 2^-k).
-    const float sl2r0 = kF16Q ? sl2 * sQs[lr0] : sl2, sl2r1 = kF16Q ? sl2 * sQs[lr1] : sl2;
-
-    float acc[32][4];
-#pragma unroll
-    for (int i = 0; i < 32; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
-    int pend_own = -1, pend_oth = -1;  // local tiles whose PV (this WG's half) may still be in flight
-
-    // After this WG's PVs completed: own tile -> the owner's V half (role 0); other's tile -> the non-owner
-    // half (role 2) and the P block (role 1). The owner released roles 1 and 2 of its tiles earlier.
-    auto release = [&]() {
-      if (pend_own >= 0) empty_arrive((kbase + pend_own) & 1, 0);
-      if (pend_oth >= 0) {
-        empty_arrive((kbase + pend_oth) & 1, 2);
-        empty_arrive((kbase + pend_oth) & 1, 1);
-      }
-      pend_own = pend_oth = -1;
-    };
-    // The other WG's tile i: wait for its softmax (P_i is in the tile's rope block, m_i in sM). This WG never
-    // reads the owner's V half of tile i and does not release it (role 0 counts the owner only).
-    float mo0 = -INFINITY, mo1 = -INFINITY;
-    auto other_fetch = [&](int i) {
-      NamedBarSync(1 + (i & 1), 256);
-      mo0 = sM[(i & 1) * 64 + lr0];
-      mo1 = sM[(i & 1) * 64 + lr1];
-      SS_TRACE(kTrOFetch, kbase + i, wt == 0);
-    };
-    // O_half *= alpha per row. Skipped where no row of this warp moved its max (every alpha exactly 1, so the product
-    // is the identity): after a segment's first tiles that is most tiles, and the 128 multiplies sit between a
-    // softmax and the PV that waits for them. The decoding seesaws (208 registers) skip only on the non-owner's side
-    // (dec_skip): the owner's branch made ptxas serialise their wgmmas (C7512).
-    auto scale_acc = [&](float a0, float a1, auto dec_skip) {
-      if constexpr (!kDec || decltype(dec_skip)::value)
-        if (!__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) return;
-#pragma unroll
-      for (int c = 0; c < 32; ++c) {
-        acc[c][0] *= a0; acc[c][1] *= a0; acc[c][2] *= a1; acc[c][3] *= a1;
-      }
-    };
-    // The other WG's tile i after other_fetch(i): O_half = O_half a_i + P_i V_i with P_i from shared memory
-    // (SS: no registers held while it runs). Call with no wgmma in flight: acc is rescaled here (ptxas
-    // would serialise every wgmma otherwise).
-    auto other_pv = [&](int i) {
-      const float a0 = exp2f(m0 - (mo0 == -INFINITY ? 0.f : mo0));
-      const float a1 = exp2f(m1 - (mo1 == -INFINITY ? 0.f : mo1));
-      m0 = mo0;
-      m1 = mo1;
-      l0 *= a0;
-      l1 *= a1;
-      scale_acc(a0, a1, std::true_type{});
-      const uint32_t base = kb0 + ((kbase + i) & 1) * kSsTileBytes;
-      const uint64_t dp = Desc(base + 8 * kBlockBytes, 16, 1024), dv = Desc(base + w * 4 * kBlockBytes, lbo, sbo);
-      FenceRegs(acc);
-      WgFence();
-#pragma unroll
-      for (int kk = 0; kk < kTokTile / 16; ++kk)
-        WgmmaPV<kMB>(acc, DescAdd(dp, kk * 32), DescAdd(dv, kk * 16 * 128));
-      WgCommit();
-      pend_oth = i;
-    };
-    auto pv_rs = [&](const uint32_t (&f)[4][4], int i) {
-      const uint64_t dv = Desc(kb0 + ((kbase + i) & 1) * kSsTileBytes + w * 4 * kBlockBytes, lbo, sbo);
-#pragma unroll
-      for (int kk = 0; kk < kTokTile / 16; ++kk) WgmmaPVrs<kMB>(acc, f[kk], DescAdd(dv, kk * 16 * 128));
-    };
-
-    // Own tile j (kOth: the other WG's tile j-1 is handled here too; every own tile but WG0's first).
-    // Order: wait for this WG's PV_{j-2} and release its V half (role 0, the owner's alone); issue S_j on
-    // the own V half (refilled first: its data does not wait for the other WG); then, while that runs,
-    // wait for softmax_{j-1}, rescale by alpha_{j-1} and issue PV_{j-1} (SS, P_{j-1} from smem); issue the
-    // rest of S_j (rope + other half); release tile j-1 once PV_{j-1} is done (wait_group 1: the rest of
-    // S_j may still run; releasing before issuing the rest was no faster, NOTES session 7 attempt 13);
-    // after S_j: softmax_j, rescale by alpha_j, issue PV_j (RS, P_j from registers). S_j's first part
-    // overlaps the other WG's softmax_{j-1} (benchmarks/NOTES.md, session 7).
-    // kLoad 2 takes tile j-1 first where S_j's data is late (attempt 49, below). A compile-time flag, not a branch
-    // around wgmmas in flight: ptxas serialises wgmmas whose accumulators meet in flight at a control-flow merge.
-    auto own_tile = [&](int j, auto oth_tag) {
-      constexpr bool oth = decltype(oth_tag)::value;
-      const int k = kbase + j, buf = k & 1, par = (k >> 1) & 1;
-      const uint64_t dk = Desc(kb0 + buf * kSsTileBytes, 16, 1024);
-      SS_TRACE(kTrStart, k, wt == 0);
-      WgWait0();
-      FenceRegs(acc);
-      release();
-      SS_TRACE(kTrRel, k, wt == 0);
-      // S_j = Q K_j^T (64 x 64 tokens) block by block as copies land: own V half, rope, other half (the
-      // order the producer refills them in; the other half is released last).
-      float sc4[8][4];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) sc4[i][0] = sc4[i][1] = sc4[i][2] = sc4[i][3] = 0.f;
-      FenceRegs(sc4);
-      auto s_block = [&](int q) {  // S_j's q-th block in S order, once it has landed
-        const int c = kDec ? q : q < 4 ? w * 4 + q : q == 4 ? 8 : (1 - w) * 4 + (q - 5);
-        MbarWait(&bars->full[buf][c], par);
-        if (q == 0) SS_TRACE(kTrFirst, k, wt == 0);
-        if (q == 8) SS_TRACE(kTrLast, k, wt == 0);
-        // cp.async / decoded (generic proxy) data -> wgmma (async proxy). A TMA-filled tile needs none: its bytes are
-        // async-proxy writes, ordered by the mbarrier's transaction count.
-        if constexpr (!(kVar & 1))
-          if (!kTmaTiles || !WholeTile((blk0 + j) * kTokTile, len)) FenceProxyAsync();
-        WgFence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          const uint32_t off = c * kBlockBytes + kk * 32;
-          WgmmaS64<kMB>(sc4, DescAdd(dq, off), DescAdd(dk, off));
-        }
-      };
-      // Which comes first (attempt 49; TMA evict-first tiles, kLoad 2, only): where S_j's first block has not landed yet
-      // (a warpgroup-wide vote), the other WG's tile j-1 is taken first - wait for softmax_{j-1}, PV_{j-1}, give tile j-1
-      // back once it is done - and S_j is issued after it, so tile j-1's refill (tile j+1) does not wait for tile j's
-      // data. 1.2-1.6 % faster at H=16 G=4; with multicast (kLoad 3, H=128) 6-11 % slower: there the refill waits for
-      // the bandwidth, not the release, and S_j's first part no longer overlaps the other WG's softmax (NOTES, session
-      // 23). Both orders end with no wgmma in flight (ptxas serialises wgmmas whose accumulators meet in flight at a
-      // control-flow merge).
-      bool late = false;
-      if constexpr (oth && kLoad == 2) late = BarRedOr(5 + w, 128, !MbarTest(&bars->full[buf][w * 4], par));
-      if (late) {
-        SS_TRACE(kTrLate, k, wt == 0);
-        other_fetch(j - 1);
-        other_pv(j - 1);
-        WgWait0();
-        FenceRegs(acc);
-        release();
-#pragma unroll
-        for (int q = 0; q < 9; ++q) s_block(q);
-        WgCommit();
-        WgWait0();
+    const int w = WgIndex(w_arg);
+    const int wt = threadIdx.x & 127, lane = threadIdx.x & 31;
+    const int lr0 = (wt >> 5) * 16 + (lane >> 2), lr1 = lr0 + 8;
+    const uint32_t qa = SmemAddr(sQ), kb0 = SmemAddr(kbuf);
+    constexpr uint32_t lbo = kBlockBytes, sbo = 1024;
+    const uint64_t dq = Desc(qa, 16, 1024);
+    // nvfp4: codes * block scales are the pool's values times the global scale (helix_jax/quant.py)
+    const float out_mul = kDec ? __frcp_rn(__ldg(qp.kv_scale)) : 1.f, sl2 = p.scale_log2 * out_mul;
+    int kbase = 0, sc = 0;
+    uint64_t kv_pol = 0;  // kSelf: the consumers' KV copies carry the producer's evict-first hint
+    if constexpr (kSelf) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(kv_pol));
+    // Releases role `part` (see SsBars::empty) of KV buffer `buf` (kMc: one lane per warp on this CTA's
+    // barrier, one on the peer's; the warp is converged at every call site and its wgmma reads have completed).
+    auto empty_arrive = [&](int buf, int part) {
+      if constexpr (kSelf) return;  // nobody waits: the consumers refill the buffers themselves
+      if constexpr (kMc) {
+        __syncwarp();
+        if (lane == 0) MbarArrive(&bars->empty[buf][part]);
+        if (lane == 1) MbarArriveRemote(&bars->empty[buf][part], peer);
       } else {
-        // S_j block by block as copies land: own V half, rope, other half (the order the producer refills them in; the
-        // other half is released last). The own V half (refilled first) is one commit group; the other WG's tile j-1 is
-        // taken while it runs: wait for softmax_{j-1}, issue PV_{j-1}, then the rest of S_j.
-#pragma unroll
-        for (int q = 0; q < 9; ++q) {
-          if (q == 4) {
-            WgCommit();
-            if constexpr (oth) {
-              other_fetch(j - 1);
-              other_pv(j - 1);
-            }
-          }
-          s_block(q);
-        }
-        WgCommit();
-        if constexpr (oth) {
-          WgWait<1>();  // S_j's own half and PV_{j-1} done: tile j-1's P block and non-owner half go back
-          release();
-        }
-        WgWait0();
+        MbarArrive(&bars->empty[buf][part]);
       }
-      FenceRegs(sc4);
-      SS_TRACE(kTrSDone, k, wt == 0);
-      empty_arrive(buf, 2);  // S_j done: the non-owner's V half is not read by this WG again
-
-      // Softmax of tile j (log2 units), masked by each row's own bound. The max is taken on the raw logits (the factors
-      // sl2r* are positive: softmax_scale > 0, checked by the API) and the factor folded into each exponent's FMA; the
-      // bound compares are skipped where the whole tile lies inside every bound of the warp (all but a segment's last
-      // tiles).
-      float mx0, mx1;
-      MaskedRowMax(sc4, (blk0 + j) * kTokTile, lane, bnd0, bnd1, mx0, mx1);
-      const float mn0 = fmaxf(m0, mx0 * sl2r0), mn1 = fmaxf(m1, mx1 * sl2r1);
-      const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
-      const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
-      m0 = mn0;
-      m1 = mn1;
-      float rs0 = 0.f, rs1 = 0.f;
-      uint32_t pa[4][4];
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        const float p0 = exp2f(fmaf(sc4[nt][0], sl2r0, -mu0)), p1 = exp2f(fmaf(sc4[nt][1], sl2r0, -mu0));
-        const float p2 = exp2f(fmaf(sc4[nt][2], sl2r1, -mu1)), p3 = exp2f(fmaf(sc4[nt][3], sl2r1, -mu1));
-        rs0 += p0 + p1;
-        rs1 += p2 + p3;
-        pa[nt >> 1][(nt & 1) * 2 + 0] = Pack2<kMB>(p0, p1);
-        pa[nt >> 1][(nt & 1) * 2 + 1] = Pack2<kMB>(p2, p3);
-      }
-      // P_j into the tile's rope block for the other WG: stmatrix x4 writes this warp's 16 rows x 16 tokens per call
-      // (matrices: rows 0-7 / 8-15 of token chunks 2i and 2i + 1; lane l gives the address of row l & 7 of matrix l >> 3).
-      {
-        const uint32_t sPj = kb0 + buf * kSsTileBytes + 8 * kBlockBytes;
-        const int mrow = (wt >> 5) * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), mch = lane >> 4;
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          StMatrixX4(sPj + 2 * TileOff(mrow, 2 * i + mch), pa[i][0], pa[i][1], pa[i][2], pa[i][3]);
-      }
-      if ((lane & 3) == 0) {
-        sM[(j & 1) * 64 + lr0] = m0;
-        sM[(j & 1) * 64 + lr1] = m1;
-      }
-      FenceProxyAsync();                    // P_j stores (generic) -> the other WG's wgmma (async proxy)
-      NamedBarArrive(1 + (j & 1), 256);     // softmax j published (P_j, m_j)
-      SS_TRACE(kTrSmax, k, wt == 0);
-      empty_arrive(buf, 1);                 // this WG is done with the rope/P block of tile j
-      l0 = l0 * al0 + rs0;
-      l1 = l1 * al1 + rs1;
-      scale_acc(al0, al1, std::false_type{});
-      FenceRegs(acc);
-      WgFence();
-      pv_rs(pa, j);
-      SS_TRACE(kTrPvIss, k, wt == 0);
-      WgCommit();
-      pend_own = j;
     };
-    if constexpr (kVar & 2) {  // probe: the load pipeline alone
-      for (int jj = 0; jj < n; ++jj) {
-        const int k = kbase + jj;
-        for (int c = 0; c < 9; ++c) MbarWait(&bars->full[k & 1][c], (k >> 1) & 1);
-        for (int role = (jj & 1) == w ? 0 : 1; role < 3; ++role) empty_arrive(k & 1, role);
+
+    for (int si = range.x; si < range.y; ++si) {
+      const int4 seg = s.seg[SegRow(p) + si];
+      const int b = seg.x, blk0 = seg.y, n = seg.z - seg.y;
+      const int gr0 = row0 + lr0, gr1 = row0 + lr1;
+      if (n <= 0) {  // never produced by the schedule; keep the partial well defined anyway
+        uint16_t* o0 = p.o_part + ((long long)si * p.GH + gr0) * kDl + w * 256 + (lane & 3) * 2;
+        uint16_t* o1 = p.o_part + ((long long)si * p.GH + gr1) * kDl + w * 256 + (lane & 3) * 2;
+        for (int nt = 0; nt < 32; ++nt) {
+          if (gr0 < p.GH) StPart2<kBf16>(o0 + nt * 8, 0.f, 0.f);
+          if (gr1 < p.GH) StPart2<kBf16>(o1 + nt * 8, 0.f, 0.f);
+        }
+        if (w == 0 && (lane & 3) == 0) {
+          if (gr0 < p.GH) p.lse_part[(long long)si * p.GH + gr0] = -INFINITY;
+          if (gr1 < p.GH) p.lse_part[(long long)si * p.GH + gr1] = -INFINITY;
+        }
+        continue;
       }
-      NamedBarSync(3, 256);
-      MbarArrive(&bars->q_empty);
-      kbase += n;
-      ++sc;
-      continue;
-    }
-    if constexpr (kPair) {
-      // Pair schedule (kVar bit 16): tiles in pairs (t, t + 1), t even, with one running max per pair. WG0 owns t, WG1
-      // owns t + 1 (S of its own tile was issued at the end of the previous pair). WG0: softmax_t against the running
-      // max M, publishes m' = max(M, rowmax_t) (sM[0]), PV_t on its half from registers; gives its V half of t back;
-      // once WG1 has published M' = max(m', rowmax_{t+1}) (sM[1]) it stores P_t * 2^(m' - M') for WG1, rescales its half
-      // and adds P_{t+1} V_{t+1} (SS), then issues S_{t+2}: its own V half first (back since its PV_t), the rest
-      // after. WG1: softmax_{t+1} against m', stores P_{t+1}, PV_{t+1} on its half (RS), then P_t V_t (SS) once WG0
-      // stored P_t, then S_{t+3}. The four PVs of a pair are in flight together while the next tiles load.
-      constexpr int kBarS0 = 1, kBarS1 = 2, kBarP0 = 7, kBarP1 = 8;
-      auto tile_buf = [&](int j) { return (kbase + j) & 1; };
-      auto tile_addr = [&](int j) { return kb0 + tile_buf(j) * kSsTileBytes; };
-      // Blocks [q0, q1) of S_j in the producer's refill order (own V half, rope, other half), each once it has landed.
-      auto s_blocks = [&](float (&sc)[8][4], int j, int q0, int q1) {
-        const int k = kbase + j, buf = k & 1, par = (k >> 1) & 1;
-        const uint64_t dk = Desc(kb0 + buf * kSsTileBytes, 16, 1024);
-#pragma unroll
-        for (int q = 0; q < 9; ++q) {
-          if (q < q0 || q >= q1) continue;
-          const int c = q < 4 ? w * 4 + q : q == 4 ? 8 : (1 - w) * 4 + (q - 5);
-          MbarWait(&bars->full[buf][c], par);
-          if (!WholeTile((blk0 + j) * kTokTile, len)) FenceProxyAsync();  // cp.async tail tile (generic writes)
-          WgFence();
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk) {
-            const uint32_t off = c * kBlockBytes + kk * 32;
-            WgmmaS64<kMB>(sc, DescAdd(dq, off), DescAdd(dk, off));
-          }
+      // A whole tile of a TMA load mode came by TMA; a sequence's partial last tile by cp.async (see the producer).
+      constexpr bool kTmaTiles = kLoad >= 1 && kLoad <= 3;
+      const int len = kTmaTiles ? SeqLen(p.bounds, b, p.G, p.cap) : 0;
+      int bnd0 = 0, bnd1 = 0;
+      if (gr0 < p.GH) bnd0 = min(max(p.bounds[b * p.G + gr0 / p.H], 0), p.cap);
+      if (gr1 < p.GH) bnd1 = min(max(p.bounds[b * p.G + gr1 / p.H], 0), p.cap);
+      MbarWait(&bars->q_full, sc & 1);
+      // Logit factors of rows lr0, lr1 (kF16Q: times the f16 Q rows' 2^-k).
+      const float sl2r0 = kF16Q ? sl2 * sQs[lr0] : sl2, sl2r1 = kF16Q ? sl2 * sQs[lr1] : sl2;
+
+      float acc[32][4];
+  #pragma unroll
+      for (int i = 0; i < 32; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+      float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+      int pend_own = -1, pend_oth = -1;  // local tiles whose PV (this WG's half) may still be in flight
+
+      // After this WG's PVs completed: own tile -> the owner's V half (role 0); other's tile -> the non-owner
+      // half (role 2) and the P block (role 1). The owner released roles 1 and 2 of its tiles earlier.
+      auto release = [&]() {
+        if (pend_own >= 0) empty_arrive((kbase + pend_own) & 1, 0);
+        if (pend_oth >= 0) {
+          empty_arrive((kbase + pend_oth) & 1, 2);
+          empty_arrive((kbase + pend_oth) & 1, 1);
+        }
+        pend_own = pend_oth = -1;
+      };
+      // The other WG's tile i: wait for its softmax (P_i is in the tile's rope block, m_i in sM). This WG never
+      // reads the owner's V half of tile i and does not release it (role 0 counts the owner only).
+      float mo0 = -INFINITY, mo1 = -INFINITY;
+      auto other_fetch = [&](int i) {
+        NamedBarSync(1 + (i & 1), 256);
+        mo0 = sM[(i & 1) * 64 + lr0];
+        mo1 = sM[(i & 1) * 64 + lr1];
+        SS_TRACE(kTrOFetch, kbase + i, wt == 0);
+      };
+      // O_half *= alpha per row. Skipped where no row of this warp moved its max (every alpha exactly 1, so the product
+      // is the identity): after a segment's first tiles that is most tiles, and the 128 multiplies sit between a
+      // softmax and the PV that waits for them. The decoding seesaws (208 registers) skip only on the non-owner's side
+      // (dec_skip): the owner's branch made ptxas serialise their wgmmas (C7512).
+      auto scale_acc = [&](float a0, float a1, auto dec_skip) {
+        if constexpr (!kDec || decltype(dec_skip)::value)
+          if (!__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) return;
+  #pragma unroll
+        for (int c = 0; c < 32; ++c) {
+          acc[c][0] *= a0; acc[c][1] *= a0; acc[c][2] *= a1; acc[c][3] *= a1;
         }
       };
-      auto s_zero = [&](float (&sc)[8][4]) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.f;
-        FenceRegs(sc);
-      };
-      // Row maxima (raw logits) of tile j, masked by each row's bound (MaskedRowMax). A lambda on purpose: the helper
-      // called at the two sites with the tile index written out there (blk0 + t + 1) moved ptxas's schedule in 10
-      // kernels (cuobjdump, session 35); through this lambda the kernels are SASS-identical to the code it replaced.
-      auto tile_max = [&](float (&sc)[8][4], int j, float& mx0, float& mx1) {
-        MaskedRowMax(sc, (blk0 + j) * kTokTile, lane, bnd0, bnd1, mx0, mx1);
-      };
-      // sc = 2^(sc * sl2r - mu) in place (mu finite), with the row sums.
-      auto tile_exp = [&](float (&sc)[8][4], float mu0, float mu1, float& rs0, float& rs1) {
-        rs0 = 0.f, rs1 = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          sc[nt][0] = exp2f(fmaf(sc[nt][0], sl2r0, -mu0));
-          sc[nt][1] = exp2f(fmaf(sc[nt][1], sl2r0, -mu0));
-          sc[nt][2] = exp2f(fmaf(sc[nt][2], sl2r1, -mu1));
-          sc[nt][3] = exp2f(fmaf(sc[nt][3], sl2r1, -mu1));
-          rs0 += sc[nt][0] + sc[nt][1];
-          rs1 += sc[nt][2] + sc[nt][3];
-        }
-      };
-      auto pack = [&](const float (&sc)[8][4], uint32_t (&pa)[4][4], float f0, float f1) {
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          pa[nt >> 1][(nt & 1) * 2 + 0] = Pack2<kMB>(sc[nt][0] * f0, sc[nt][1] * f0);
-          pa[nt >> 1][(nt & 1) * 2 + 1] = Pack2<kMB>(sc[nt][2] * f1, sc[nt][3] * f1);
-        }
-      };
-      // P of tile j for the other WG: into its rope block (dead once S_j is done), or (p0: kSelf, WG0's P of a whole pair)
-      // into the P block of its own at kSsStageOff, which WG1 has stopped reading once it published the pair's M'
-      // (its PV of the previous pair retired before its S of this pair); stmatrix as own_tile's.
-      const uint32_t sP0a = SmemAddr(smem + kSsStageOff);
-      auto store_p = [&](const uint32_t (&pa)[4][4], int j, bool p0 = false) {
-        const uint32_t sPj = p0 ? sP0a : tile_addr(j) + 8 * kBlockBytes;
-        const int mrow = (wt >> 5) * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), mch = lane >> 4;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) StMatrixX4(sPj + 2 * TileOff(mrow, 2 * i + mch), pa[i][0], pa[i][1], pa[i][2], pa[i][3]);
-        FenceProxyAsync();  // P stores (generic) -> the other WG's wgmma (async proxy)
-      };
-      // O_half += P_i V_i (this WG's half) with P_i from tile i's rope block or (p0) WG0's P block (SS).
-      auto pv_ss = [&](int i, bool p0 = false) {
-        const uint32_t base = tile_addr(i);
-        const uint64_t dp = Desc(p0 ? sP0a : base + 8 * kBlockBytes, 16, 1024), dv = Desc(base + w * 4 * kBlockBytes, lbo, sbo);
-        FenceRegs(acc);
-        WgFence();
-#pragma unroll
-        for (int kk = 0; kk < kTokTile / 16; ++kk) WgmmaPV<kMB>(acc, DescAdd(dp, kk * 32), DescAdd(dv, kk * 16 * 128));
-        WgCommit();
-      };
-      auto pv_own = [&](const uint32_t (&pa)[4][4], int i) {
-        FenceRegs(acc);
-        WgFence();
-        pv_rs(pa, i);
-        WgCommit();
-      };
-      auto fin = [](float m) { return m == -INFINITY ? 0.f : m; };
-      // kSelf: the pool row of tile j's first token (j < n, so the tile starts inside the sequence and its page is valid),
-      // and thread 0's TMA copies of blocks [c0, c1) (+ the rope block) of tile j into its buffer.
-      auto page_row = [&](int j) {
-        if constexpr (kMc) return 0;  // the producer reads it (attempt 72)
-        const int t0 = (blk0 + j) * kTokTile;
-        return PageOf(p, b, t0) * p.P + t0 % p.P;
-      };
-      // kMc (attempt 72): both CTAs of the cluster hold tile j (the same tiles, the other row tile) and run this schedule,
-      // so each reaches the same issue points. At one, thread 0 announces that this CTA's readers of the part's V half
-      // (halves: [0, 4) and [4, 8); the rope block rides with the left one) are done, on this CTA's barrier and the
-      // peer's, and goes on; producer warp 0 / 1 loads the half once both CTAs have released it (see the producer).
-      auto issue = [&](int j, int y, int c0, int c1, bool rope) {
-        if constexpr (kSelf) {
-          if (wt == 0) {
-            const int buf = tile_buf(j);
-            if constexpr (kMc) {  // attempt 72: announce the release here and at the peer; producer warp 0 / 1 loads
-              for (int sd = c0 < 4 ? 0 : 1; sd <= (c1 > 4 ? 1 : 0); ++sd) {
-                MbarArrive(&bars->empty[buf][sd]);
-                if (kMcSide(sd)) MbarArriveRemote(&bars->empty[buf][sd], peer);
-              }
-              return;
-            }
-            uint16_t* dst = reinterpret_cast<uint16_t*>(kbuf + buf * kSsTileBytes);
-            for (int c = c0; c < c1; ++c) TmaKvBlock<true>(dst, maps, c, y, &bars->full[buf][c], kv_pol);
-            if (rope) TmaKvBlock<true>(dst, maps, 8, y, &bars->full[buf][8], kv_pol);
-          }
-        }
-      };
-      // kSelf: a sequence's partial last tile came whole from its page, so the V rows past the sequence may hold anything
-      // (NaN included) where P is 0: this warpgroup zeroes its V half's rows there before its PV reads them (after every
-      // S on the tile: the S rows past every bound are masked to -inf).
-      auto zero_tail = [&](int j) {
-        if constexpr (kSelf) {
-          const int rem = len - (blk0 + j) * kTokTile;
-          if (rem >= kTokTile) return;
-          uint16_t* d = reinterpret_cast<uint16_t*>(kbuf + tile_buf(j) * kSsTileBytes);
-          for (int r = rem + (wt >> 5); r < kTokTile; r += 4)
-            *reinterpret_cast<uint4*>(d + TileOff(r, w * 32 + lane)) = make_uint4(0u, 0u, 0u, 0u);
-          FenceProxyAsync();         // generic stores -> this warpgroup's wgmma (async proxy)
-          NamedBarSync(5 + w, 128);  // every thread's
-        }
-      };
-      float sc4[8][4];
-      // WG0's pair (t, t + 1): kHas1 = tile t + 1 exists, kNext = tile t + 2 exists (S_{t+2} issued here).
-      auto pair_iter0 = [&](int t, auto has1_tag, auto next_tag) {
-        constexpr bool kHas1 = decltype(has1_tag)::value, kNext = decltype(next_tag)::value;
-        const int buft = tile_buf(t), buf1 = tile_buf(t + 1);
-        int y2 = 0, y3 = 0;  // kSelf, thread 0: the pool rows of tiles t + 2 and t + 3 (read ahead of their copies)
-        if (kSelf && kNext && wt == 0) {
-          y2 = page_row(t + 2);
-          if (t + 3 < n) y3 = page_row(t + 3);
-        }
-        float mx0, mx1;
-        tile_max(sc4, t, mx0, mx1);
-        const float mn0 = fmaxf(m0, mx0 * sl2r0), mn1 = fmaxf(m1, mx1 * sl2r1);
-        if ((lane & 3) == 0) {
-          sM[lr0] = mn0;
-          sM[lr1] = mn1;
-        }
-        NamedBarArrive(kBarS0, 256);  // m' published
-        const float mu0 = fin(mn0), mu1 = fin(mn1), al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
-        m0 = mn0;
-        m1 = mn1;
-        float rs0, rs1;
-        tile_exp(sc4, mu0, mu1, rs0, rs1);
-        l0 = l0 * al0 + rs0;
-        l1 = l1 * al1 + rs1;
-        uint32_t pa[4][4];
-        pack(sc4, pa, 1.f, 1.f);
-        if constexpr (!kHas1) {  // the segment's last tile: WG1 adds P_t V_t against m'
-          store_p(pa, t);
-          NamedBarArrive(kBarP0, 256);
-          empty_arrive(buft, 1);
-        }
-        scale_acc(al0, al1, std::true_type{});
-        zero_tail(t);
-        pv_own(pa, t);
-        WgWait0();
-        FenceRegs(acc);
-        empty_arrive(buft, 0);  // this WG's V half of tile t (read by this WG alone)
-        if constexpr (kNext) issue(t + 2, y2, 0, 4, kSelf);  // kSelf: with the rope block (P_t goes to sP0)
-        if constexpr (kHas1) {
-          NamedBarSync(kBarS1, 256);  // M' published
-          const float M0 = sM[64 + lr0], M1 = sM[64 + lr1];
-          const float b0 = exp2f(m0 - fin(M0)), b1 = exp2f(m1 - fin(M1));
-          m0 = M0;
-          m1 = M1;
-          pack(sc4, pa, b0, b1);
-          store_p(pa, t, kSelf);
-          NamedBarArrive(kBarP0, 256);  // P_t (against M') stored
-          empty_arrive(buft, 1);        // done with tile t's rope / P block
-          l0 *= b0;
-          l1 *= b1;
-          scale_acc(b0, b1, std::true_type{});
-          NamedBarSync(kBarP1, 256);  // P_{t+1} stored, WG1's P_t V_t issued
-          zero_tail(t + 1);
-          pv_ss(t + 1);
-        }
-        if constexpr (kNext) {
-          // S_{t+2}'s first blocks (this WG's V half, issued once PV_t retired, so most likely landed) go into the tensor
-          // pipe behind P_{t+1} V_{t+1} before anything waits for that PV (FlashMLA's order; attempts 66-67 waited for it
-          // first, which left the pipe without this WG's work for a PV's length per pair; attempt 69). Tile t + 1's
-          // non-owner half and P block go back, and tile t + 3's copies out, once that PV has retired (wait_group 1:
-          // the S blocks may still run); then the rest of S_{t+2}.
-          s_zero(sc4);
-          s_blocks(sc4, t + 2, 0, 4);
-          WgCommit();
-          if constexpr (kHas1) {
-            WgWait<1>();
-            FenceRegs(acc);
-            empty_arrive(buf1, 2);
-            empty_arrive(buf1, 1);
-            if (t + 3 < n) issue(t + 3, y3, 0, 4, true);  // tile t + 1's left half and P block are free
-          }
-          s_blocks(sc4, t + 2, 4, 9);
-          WgCommit();
-          WgWait0();
-          FenceRegs(sc4);
-          FenceRegs(acc);
-          empty_arrive(tile_buf(t + 2), 2);  // S_{t+2} done: the non-owner half is not read by this WG again
-        } else {
-          WgWait0();
-          FenceRegs(acc);
-          if constexpr (kHas1) {
-            empty_arrive(buf1, 2);
-            empty_arrive(buf1, 1);
-          }
-        }
-      };
-      // WG1's pair (t, t + 1), tile t + 1 its own; kNext = tile t + 3 exists.
-      auto pair_iter1 = [&](int t, auto next_tag) {
-        constexpr bool kNext = decltype(next_tag)::value;
-        const int buft = tile_buf(t), buf1 = tile_buf(t + 1);
-        int y2 = 0, y3 = 0;  // kSelf, thread 0: the pool rows of tiles t + 2 and t + 3
-        if (kSelf && wt == 0 && t + 2 < n) {
-          y2 = page_row(t + 2);
-          if (kNext) y3 = page_row(t + 3);
-        }
-        float mx0, mx1;
-        tile_max(sc4, t + 1, mx0, mx1);
-        NamedBarSync(kBarS0, 256);  // m' published
-        const float mn0 = fmaxf(sM[lr0], mx0 * sl2r0), mn1 = fmaxf(sM[lr1], mx1 * sl2r1);
-        if ((lane & 3) == 0) {
-          sM[64 + lr0] = mn0;
-          sM[64 + lr1] = mn1;
-        }
-        NamedBarArrive(kBarS1, 256);  // M' published
-        const float mu0 = fin(mn0), mu1 = fin(mn1), al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
-        m0 = mn0;
-        m1 = mn1;
-        float rs0, rs1;
-        tile_exp(sc4, mu0, mu1, rs0, rs1);
-        uint32_t pa[4][4];
-        pack(sc4, pa, 1.f, 1.f);
-        store_p(pa, t + 1);
-        empty_arrive(buf1, 1);  // done with tile t + 1's rope / P block
-        l0 = l0 * al0 + rs0;
-        l1 = l1 * al1 + rs1;
-        scale_acc(al0, al1, std::true_type{});
-        zero_tail(t + 1);
-        pv_own(pa, t + 1);
-        NamedBarSync(kBarP0, 256);  // P_t stored
-        zero_tail(t);
-        pv_ss(t, kSelf);
-        NamedBarArrive(kBarP1, 256);  // P_{t+1} stored (before P_t's wait), P_t V_t issued
-        if constexpr (kNext) {
-          WgWait<1>();
-          empty_arrive(buf1, 0);  // this WG's V half of tile t + 1
-          issue(t + 3, y3, 4, 8, false);
-          WgWait0();
-          FenceRegs(acc);
-          empty_arrive(buft, 2);
-          empty_arrive(buft, 1);
-          issue(t + 2, y2, 4, 8, !kSelf);  // tile t's right half (and P block: kSelf issued it with the left half)
-          s_zero(sc4);
-          s_blocks(sc4, t + 3, 0, 9);
-          WgCommit();
-          WgWait0();
-          FenceRegs(sc4);
-          empty_arrive(tile_buf(t + 3), 2);
-        } else {
-          WgWait0();
-          FenceRegs(acc);
-          empty_arrive(buf1, 0);
-          empty_arrive(buft, 2);
-          empty_arrive(buft, 1);
-          if (t + 2 < n) issue(t + 2, y2, 4, 8, !kSelf);  // the segment's last tile, WG0's alone
-        }
-      };
-      // WG1 when tile t (WG0's) is the segment's last: rescale to m', add P_t V_t.
-      auto single1 = [&](int t) {
-        const int buft = tile_buf(t);
-        NamedBarSync(kBarS0, 256);
-        const float q0 = sM[lr0], q1 = sM[lr1];
-        const float a0 = exp2f(m0 - fin(q0)), a1 = exp2f(m1 - fin(q1));
-        m0 = q0;
-        m1 = q1;
+      // The other WG's tile i after other_fetch(i): O_half = O_half a_i + P_i V_i with P_i from shared memory
+      // (SS: no registers held while it runs). Call with no wgmma in flight: acc is rescaled here (ptxas
+      // would serialise every wgmma otherwise).
+      auto other_pv = [&](int i) {
+        const float a0 = exp2f(m0 - (mo0 == -INFINITY ? 0.f : mo0));
+        const float a1 = exp2f(m1 - (mo1 == -INFINITY ? 0.f : mo1));
+        m0 = mo0;
+        m1 = mo1;
         l0 *= a0;
         l1 *= a1;
         scale_acc(a0, a1, std::true_type{});
-        NamedBarSync(kBarP0, 256);
-        zero_tail(t);
-        pv_ss(t);
+        const uint32_t base = kb0 + ((kbase + i) & 1) * kSsTileBytes;
+        const uint64_t dp = Desc(base + 8 * kBlockBytes, 16, 1024), dv = Desc(base + w * 4 * kBlockBytes, lbo, sbo);
+        FenceRegs(acc);
+        WgFence();
+  #pragma unroll
+        for (int kk = 0; kk < kTokTile / 16; ++kk)
+          WgmmaPV<kMB>(acc, DescAdd(dp, kk * 32), DescAdd(dv, kk * 16 * 128));
+        WgCommit();
+        pend_oth = i;
+      };
+      auto pv_rs = [&](const uint32_t (&f)[4][4], int i) {
+        const uint64_t dv = Desc(kb0 + ((kbase + i) & 1) * kSsTileBytes + w * 4 * kBlockBytes, lbo, sbo);
+  #pragma unroll
+        for (int kk = 0; kk < kTokTile / 16; ++kk) WgmmaPVrs<kMB>(acc, f[kk], DescAdd(dv, kk * 16 * 128));
+      };
+
+      // Own tile j (kOth: the other WG's tile j-1 is handled here too; every own tile but WG0's first).
+      // Order: wait for this WG's PV_{j-2} and release its V half (role 0, the owner's alone); issue S_j on
+      // the own V half (refilled first: its data does not wait for the other WG); then, while that runs,
+      // wait for softmax_{j-1}, rescale by alpha_{j-1} and issue PV_{j-1} (SS, P_{j-1} from smem); issue the
+      // rest of S_j (rope + other half); release tile j-1 once PV_{j-1} is done (wait_group 1: the rest of
+      // S_j may still run; releasing before issuing the rest was no faster, NOTES session 7 attempt 13);
+      // after S_j: softmax_j, rescale by alpha_j, issue PV_j (RS, P_j from registers). S_j's first part
+      // overlaps the other WG's softmax_{j-1} (benchmarks/NOTES.md, session 7).
+      // kLoad 2 takes tile j-1 first where S_j's data is late (attempt 49, below). A compile-time flag, not a branch
+      // around wgmmas in flight: ptxas serialises wgmmas whose accumulators meet in flight at a control-flow merge.
+      auto own_tile = [&](int j, auto oth_tag) {
+        constexpr bool oth = decltype(oth_tag)::value;
+        const int k = kbase + j, buf = k & 1, par = (k >> 1) & 1;
+        const uint64_t dk = Desc(kb0 + buf * kSsTileBytes, 16, 1024);
+        SS_TRACE(kTrStart, k, wt == 0);
         WgWait0();
         FenceRegs(acc);
-        empty_arrive(buft, 2);
-        empty_arrive(buft, 1);
-      };
-      if (w == 0 || n >= 2) {  // S of this WG's first tile (kSelf: its copies first; both buffers are free here)
-        if (kSelf && wt == 0) issue(w, page_row(w), 0, 8, true);
-        s_zero(sc4);
-        s_blocks(sc4, w, 0, 9);
-        WgCommit();
-        WgWait0();
+        release();
+        SS_TRACE(kTrRel, k, wt == 0);
+        // S_j = Q K_j^T (64 x 64 tokens) block by block as copies land: own V half, rope, other half (the
+        // order the producer refills them in; the other half is released last).
+        float sc4[8][4];
+  #pragma unroll
+        for (int i = 0; i < 8; ++i) sc4[i][0] = sc4[i][1] = sc4[i][2] = sc4[i][3] = 0.f;
         FenceRegs(sc4);
-        empty_arrive(tile_buf(w), 2);
-      }
-      for (int t = 0; t < n; t += 2) {
-        if (w == 0) {
-          if (t + 2 < n) pair_iter0(t, std::true_type{}, std::true_type{});
-          else if (t + 1 < n) pair_iter0(t, std::true_type{}, std::false_type{});
-          else pair_iter0(t, std::false_type{}, std::false_type{});
+        auto s_block = [&](int q) {  // S_j's q-th block in S order, once it has landed
+          const int c = kDec ? q : q < 4 ? w * 4 + q : q == 4 ? 8 : (1 - w) * 4 + (q - 5);
+          MbarWait(&bars->full[buf][c], par);
+          if (q == 0) SS_TRACE(kTrFirst, k, wt == 0);
+          if (q == 8) SS_TRACE(kTrLast, k, wt == 0);
+          // cp.async / decoded (generic proxy) data -> wgmma (async proxy). A TMA-filled tile needs none: its bytes are
+          // async-proxy writes, ordered by the mbarrier's transaction count.
+          if constexpr (!(kVar & 1))
+            if (!kTmaTiles || !WholeTile((blk0 + j) * kTokTile, len)) FenceProxyAsync();
+          WgFence();
+  #pragma unroll
+          for (int kk = 0; kk < 4; ++kk) {
+            const uint32_t off = c * kBlockBytes + kk * 32;
+            WgmmaS64<kMB>(sc4, DescAdd(dq, off), DescAdd(dk, off));
+          }
+        };
+        // Which comes first (attempt 49; TMA evict-first tiles, kLoad 2, only): where S_j's first block has not landed yet
+        // (a warpgroup-wide vote), the other WG's tile j-1 is taken first - wait for softmax_{j-1}, PV_{j-1}, give tile j-1
+        // back once it is done - and S_j is issued after it, so tile j-1's refill (tile j+1) does not wait for tile j's
+        // data. 1.2-1.6 % faster at H=16 G=4; with multicast (kLoad 3, H=128) 6-11 % slower: there the refill waits for
+        // the bandwidth, not the release, and S_j's first part no longer overlaps the other WG's softmax (NOTES, session
+        // 23). Both orders end with no wgmma in flight (ptxas serialises wgmmas whose accumulators meet in flight at a
+        // control-flow merge).
+        bool late = false;
+        if constexpr (oth && kLoad == 2) late = BarRedOr(5 + w, 128, !MbarTest(&bars->full[buf][w * 4], par));
+        if (late) {
+          SS_TRACE(kTrLate, k, wt == 0);
+          other_fetch(j - 1);
+          other_pv(j - 1);
+          WgWait0();
+          FenceRegs(acc);
+          release();
+  #pragma unroll
+          for (int q = 0; q < 9; ++q) s_block(q);
+          WgCommit();
+          WgWait0();
         } else {
-          if (t + 3 < n) pair_iter1(t, std::true_type{});
-          else if (t + 1 < n) pair_iter1(t, std::false_type{});
-          else single1(t);
+          // S_j block by block as copies land: own V half, rope, other half (the order the producer refills them in; the
+          // other half is released last). The own V half (refilled first) is one commit group; the other WG's tile j-1 is
+          // taken while it runs: wait for softmax_{j-1}, issue PV_{j-1}, then the rest of S_j.
+  #pragma unroll
+          for (int q = 0; q < 9; ++q) {
+            if (q == 4) {
+              WgCommit();
+              if constexpr (oth) {
+                other_fetch(j - 1);
+                other_pv(j - 1);
+              }
+            }
+            s_block(q);
+          }
+          WgCommit();
+          if constexpr (oth) {
+            WgWait<1>();  // S_j's own half and PV_{j-1} done: tile j-1's P block and non-owner half go back
+            release();
+          }
+          WgWait0();
         }
+        FenceRegs(sc4);
+        SS_TRACE(kTrSDone, k, wt == 0);
+        empty_arrive(buf, 2);  // S_j done: the non-owner's V half is not read by this WG again
+
+        // Softmax of tile j (log2 units), masked by each row's own bound. The max is taken on the raw logits (the factors
+        // sl2r* are positive: softmax_scale > 0, checked by the API) and the factor folded into each exponent's FMA; the
+        // bound compares are skipped where the whole tile lies inside every bound of the warp (all but a segment's last
+        // tiles).
+        float mx0, mx1;
+        MaskedRowMax(sc4, (blk0 + j) * kTokTile, lane, bnd0, bnd1, mx0, mx1);
+        const float mn0 = fmaxf(m0, mx0 * sl2r0), mn1 = fmaxf(m1, mx1 * sl2r1);
+        const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
+        const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
+        m0 = mn0;
+        m1 = mn1;
+        float rs0 = 0.f, rs1 = 0.f;
+        uint32_t pa[4][4];
+  #pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          const float p0 = exp2f(fmaf(sc4[nt][0], sl2r0, -mu0)), p1 = exp2f(fmaf(sc4[nt][1], sl2r0, -mu0));
+          const float p2 = exp2f(fmaf(sc4[nt][2], sl2r1, -mu1)), p3 = exp2f(fmaf(sc4[nt][3], sl2r1, -mu1));
+          rs0 += p0 + p1;
+          rs1 += p2 + p3;
+          pa[nt >> 1][(nt & 1) * 2 + 0] = Pack2<kMB>(p0, p1);
+          pa[nt >> 1][(nt & 1) * 2 + 1] = Pack2<kMB>(p2, p3);
+        }
+        // P_j into the tile's rope block for the other WG: stmatrix x4 writes this warp's 16 rows x 16 tokens per call
+        // (matrices: rows 0-7 / 8-15 of token chunks 2i and 2i + 1; lane l gives the address of row l & 7 of matrix l >> 3).
+        {
+          const uint32_t sPj = kb0 + buf * kSsTileBytes + 8 * kBlockBytes;
+          const int mrow = (wt >> 5) * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), mch = lane >> 4;
+  #pragma unroll
+          for (int i = 0; i < 4; ++i)
+            StMatrixX4(sPj + 2 * TileOff(mrow, 2 * i + mch), pa[i][0], pa[i][1], pa[i][2], pa[i][3]);
+        }
+        if ((lane & 3) == 0) {
+          sM[(j & 1) * 64 + lr0] = m0;
+          sM[(j & 1) * 64 + lr1] = m1;
+        }
+        FenceProxyAsync();                    // P_j stores (generic) -> the other WG's wgmma (async proxy)
+        NamedBarArrive(1 + (j & 1), 256);     // softmax j published (P_j, m_j)
+        SS_TRACE(kTrSmax, k, wt == 0);
+        empty_arrive(buf, 1);                 // this WG is done with the rope/P block of tile j
+        l0 = l0 * al0 + rs0;
+        l1 = l1 * al1 + rs1;
+        scale_acc(al0, al1, std::false_type{});
+        FenceRegs(acc);
+        WgFence();
+        pv_rs(pa, j);
+        SS_TRACE(kTrPvIss, k, wt == 0);
+        WgCommit();
+        pend_own = j;
+      };
+      if constexpr (kVar & 2) {  // probe: the load pipeline alone
+        for (int jj = 0; jj < n; ++jj) {
+          const int k = kbase + jj;
+          for (int c = 0; c < 9; ++c) MbarWait(&bars->full[k & 1][c], (k >> 1) & 1);
+          for (int role = (jj & 1) == w ? 0 : 1; role < 3; ++role) empty_arrive(k & 1, role);
+        }
+        NamedBarSync(3, 256);
+        MbarArrive(&bars->q_empty);
+        kbase += n;
+        ++sc;
+        continue;
       }
-    } else {
-    int j = w;
-    if (w == 0) {
-      own_tile(0, std::false_type{});
-      j = 2;
-    }
-    for (; j < n; j += 2) own_tile(j, std::true_type{});
-    if (((n - 1) & 1) != w) {  // the segment's last tile belongs to the other WG
+      if constexpr (kPair) {
+        // Pair schedule (kVar bit 16): tiles in pairs (t, t + 1), t even, with one running max per pair. WG0 owns t, WG1
+        // owns t + 1 (S of its own tile was issued at the end of the previous pair). WG0: softmax_t against the running
+        // max M, publishes m' = max(M, rowmax_t) (sM[0]), PV_t on its half from registers; gives its V half of t back;
+        // once WG1 has published M' = max(m', rowmax_{t+1}) (sM[1]) it stores P_t * 2^(m' - M') for WG1, rescales its half
+        // and adds P_{t+1} V_{t+1} (SS), then issues S_{t+2}: its own V half first (back since its PV_t), the rest
+        // after. WG1: softmax_{t+1} against m', stores P_{t+1}, PV_{t+1} on its half (RS), then P_t V_t (SS) once WG0
+        // stored P_t, then S_{t+3}. The four PVs of a pair are in flight together while the next tiles load.
+        constexpr int kBarS0 = 1, kBarS1 = 2, kBarP0 = 7, kBarP1 = 8;
+        auto tile_buf = [&](int j) { return (kbase + j) & 1; };
+        auto tile_addr = [&](int j) { return kb0 + tile_buf(j) * kSsTileBytes; };
+        // Blocks [q0, q1) of S_j in the producer's refill order (own V half, rope, other half), each once it has landed.
+        auto s_blocks = [&](float (&sc)[8][4], int j, int q0, int q1) {
+          const int k = kbase + j, buf = k & 1, par = (k >> 1) & 1;
+          const uint64_t dk = Desc(kb0 + buf * kSsTileBytes, 16, 1024);
+  #pragma unroll
+          for (int q = 0; q < 9; ++q) {
+            if (q < q0 || q >= q1) continue;
+            const int c = q < 4 ? w * 4 + q : q == 4 ? 8 : (1 - w) * 4 + (q - 5);
+            MbarWait(&bars->full[buf][c], par);
+            if (!WholeTile((blk0 + j) * kTokTile, len)) FenceProxyAsync();  // cp.async tail tile (generic writes)
+            WgFence();
+  #pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+              const uint32_t off = c * kBlockBytes + kk * 32;
+              WgmmaS64<kMB>(sc, DescAdd(dq, off), DescAdd(dk, off));
+            }
+          }
+        };
+        auto s_zero = [&](float (&sc)[8][4]) {
+  #pragma unroll
+          for (int i = 0; i < 8; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.f;
+          FenceRegs(sc);
+        };
+        // Row maxima (raw logits) of tile j, masked by each row's bound (MaskedRowMax). A lambda on purpose: the helper
+        // called at the two sites with the tile index written out there (blk0 + t + 1) moved ptxas's schedule in 10
+        // kernels (cuobjdump, session 35); through this lambda the kernels are SASS-identical to the code it replaced.
+        auto tile_max = [&](float (&sc)[8][4], int j, float& mx0, float& mx1) {
+          MaskedRowMax(sc, (blk0 + j) * kTokTile, lane, bnd0, bnd1, mx0, mx1);
+        };
+        // sc = 2^(sc * sl2r - mu) in place (mu finite), with the row sums.
+        auto tile_exp = [&](float (&sc)[8][4], float mu0, float mu1, float& rs0, float& rs1) {
+          rs0 = 0.f, rs1 = 0.f;
+  #pragma unroll
+          for (int nt = 0; nt < 8; ++nt) {
+            sc[nt][0] = exp2f(fmaf(sc[nt][0], sl2r0, -mu0));
+            sc[nt][1] = exp2f(fmaf(sc[nt][1], sl2r0, -mu0));
+            sc[nt][2] = exp2f(fmaf(sc[nt][2], sl2r1, -mu1));
+            sc[nt][3] = exp2f(fmaf(sc[nt][3], sl2r1, -mu1));
+            rs0 += sc[nt][0] + sc[nt][1];
+            rs1 += sc[nt][2] + sc[nt][3];
+          }
+        };
+        auto pack = [&](const float (&sc)[8][4], uint32_t (&pa)[4][4], float f0, float f1) {
+  #pragma unroll
+          for (int nt = 0; nt < 8; ++nt) {
+            pa[nt >> 1][(nt & 1) * 2 + 0] = Pack2<kMB>(sc[nt][0] * f0, sc[nt][1] * f0);
+            pa[nt >> 1][(nt & 1) * 2 + 1] = Pack2<kMB>(sc[nt][2] * f1, sc[nt][3] * f1);
+          }
+        };
+        // P of tile j for the other WG: into its rope block (dead once S_j is done), or (p0: kSelf, WG0's P of a whole pair)
+        // into the P block of its own at kSsStageOff, which WG1 has stopped reading once it published the pair's M'
+        // (its PV of the previous pair retired before its S of this pair); stmatrix as own_tile's.
+        const uint32_t sP0a = SmemAddr(smem + kSsStageOff);
+        auto store_p = [&](const uint32_t (&pa)[4][4], int j, bool p0 = false) {
+          const uint32_t sPj = p0 ? sP0a : tile_addr(j) + 8 * kBlockBytes;
+          const int mrow = (wt >> 5) * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), mch = lane >> 4;
+  #pragma unroll
+          for (int i = 0; i < 4; ++i) StMatrixX4(sPj + 2 * TileOff(mrow, 2 * i + mch), pa[i][0], pa[i][1], pa[i][2], pa[i][3]);
+          FenceProxyAsync();  // P stores (generic) -> the other WG's wgmma (async proxy)
+        };
+        // O_half += P_i V_i (this WG's half) with P_i from tile i's rope block or (p0) WG0's P block (SS).
+        auto pv_ss = [&](int i, bool p0 = false) {
+          const uint32_t base = tile_addr(i);
+          const uint64_t dp = Desc(p0 ? sP0a : base + 8 * kBlockBytes, 16, 1024), dv = Desc(base + w * 4 * kBlockBytes, lbo, sbo);
+          FenceRegs(acc);
+          WgFence();
+  #pragma unroll
+          for (int kk = 0; kk < kTokTile / 16; ++kk) WgmmaPV<kMB>(acc, DescAdd(dp, kk * 32), DescAdd(dv, kk * 16 * 128));
+          WgCommit();
+        };
+        auto pv_own = [&](const uint32_t (&pa)[4][4], int i) {
+          FenceRegs(acc);
+          WgFence();
+          pv_rs(pa, i);
+          WgCommit();
+        };
+        auto fin = [](float m) { return m == -INFINITY ? 0.f : m; };
+        // kSelf: the pool row of tile j's first token (j < n, so the tile starts inside the sequence and its page is valid),
+        // and thread 0's TMA copies of blocks [c0, c1) (+ the rope block) of tile j into its buffer.
+        auto page_row = [&](int j) {
+          if constexpr (kMc) return 0;  // the producer reads it (attempt 72)
+          const int t0 = (blk0 + j) * kTokTile;
+          return PageOf(p, b, t0) * p.P + t0 % p.P;
+        };
+        // kMc (attempt 72): both CTAs of the cluster hold tile j (the same tiles, the other row tile) and run this schedule,
+        // so each reaches the same issue points. At one, thread 0 announces that this CTA's readers of the part's V half
+        // (halves: [0, 4) and [4, 8); the rope block rides with the left one) are done, on this CTA's barrier and the
+        // peer's, and goes on; producer warp 0 / 1 loads the half once both CTAs have released it (see the producer).
+        auto issue = [&](int j, int y, int c0, int c1, bool rope) {
+          if constexpr (kSelf) {
+            if (wt == 0) {
+              const int buf = tile_buf(j);
+              if constexpr (kMc) {  // attempt 72: announce the release here and at the peer; producer warp 0 / 1 loads
+                for (int sd = c0 < 4 ? 0 : 1; sd <= (c1 > 4 ? 1 : 0); ++sd) {
+                  MbarArrive(&bars->empty[buf][sd]);
+                  if (kMcSide(sd)) MbarArriveRemote(&bars->empty[buf][sd], peer);
+                }
+                return;
+              }
+              uint16_t* dst = reinterpret_cast<uint16_t*>(kbuf + buf * kSsTileBytes);
+              for (int c = c0; c < c1; ++c) TmaKvBlock<true>(dst, maps, c, y, &bars->full[buf][c], kv_pol);
+              if (rope) TmaKvBlock<true>(dst, maps, 8, y, &bars->full[buf][8], kv_pol);
+            }
+          }
+        };
+        // kSelf: a sequence's partial last tile came whole from its page, so the V rows past the sequence may hold anything
+        // (NaN included) where P is 0: this warpgroup zeroes its V half's rows there before its PV reads them (after every
+        // S on the tile: the S rows past every bound are masked to -inf).
+        auto zero_tail = [&](int j) {
+          if constexpr (kSelf) {
+            const int rem = len - (blk0 + j) * kTokTile;
+            if (rem >= kTokTile) return;
+            uint16_t* d = reinterpret_cast<uint16_t*>(kbuf + tile_buf(j) * kSsTileBytes);
+            for (int r = rem + (wt >> 5); r < kTokTile; r += 4)
+              *reinterpret_cast<uint4*>(d + TileOff(r, w * 32 + lane)) = make_uint4(0u, 0u, 0u, 0u);
+            FenceProxyAsync();         // generic stores -> this warpgroup's wgmma (async proxy)
+            NamedBarSync(5 + w, 128);  // every thread's
+          }
+        };
+        float sc4[8][4];
+        // WG0's pair (t, t + 1): kHas1 = tile t + 1 exists, kNext = tile t + 2 exists (S_{t+2} issued here).
+        auto pair_iter0 = [&](int t, auto has1_tag, auto next_tag) {
+          constexpr bool kHas1 = decltype(has1_tag)::value, kNext = decltype(next_tag)::value;
+          const int buft = tile_buf(t), buf1 = tile_buf(t + 1);
+          int y2 = 0, y3 = 0;  // kSelf, thread 0: the pool rows of tiles t + 2 and t + 3 (read ahead of their copies)
+          if (kSelf && kNext && wt == 0) {
+            y2 = page_row(t + 2);
+            if (t + 3 < n) y3 = page_row(t + 3);
+          }
+          float mx0, mx1;
+          tile_max(sc4, t, mx0, mx1);
+          const float mn0 = fmaxf(m0, mx0 * sl2r0), mn1 = fmaxf(m1, mx1 * sl2r1);
+          if ((lane & 3) == 0) {
+            sM[lr0] = mn0;
+            sM[lr1] = mn1;
+          }
+          NamedBarArrive(kBarS0, 256);  // m' published
+          const float mu0 = fin(mn0), mu1 = fin(mn1), al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
+          m0 = mn0;
+          m1 = mn1;
+          float rs0, rs1;
+          tile_exp(sc4, mu0, mu1, rs0, rs1);
+          l0 = l0 * al0 + rs0;
+          l1 = l1 * al1 + rs1;
+          uint32_t pa[4][4];
+          pack(sc4, pa, 1.f, 1.f);
+          if constexpr (!kHas1) {  // the segment's last tile: WG1 adds P_t V_t against m'
+            store_p(pa, t);
+            NamedBarArrive(kBarP0, 256);
+            empty_arrive(buft, 1);
+          }
+          scale_acc(al0, al1, std::true_type{});
+          zero_tail(t);
+          pv_own(pa, t);
+          WgWait0();
+          FenceRegs(acc);
+          empty_arrive(buft, 0);  // this WG's V half of tile t (read by this WG alone)
+          if constexpr (kNext) issue(t + 2, y2, 0, 4, kSelf);  // kSelf: with the rope block (P_t goes to sP0)
+          if constexpr (kHas1) {
+            NamedBarSync(kBarS1, 256);  // M' published
+            const float M0 = sM[64 + lr0], M1 = sM[64 + lr1];
+            const float b0 = exp2f(m0 - fin(M0)), b1 = exp2f(m1 - fin(M1));
+            m0 = M0;
+            m1 = M1;
+            pack(sc4, pa, b0, b1);
+            store_p(pa, t, kSelf);
+            NamedBarArrive(kBarP0, 256);  // P_t (against M') stored
+            empty_arrive(buft, 1);        // done with tile t's rope / P block
+            l0 *= b0;
+            l1 *= b1;
+            scale_acc(b0, b1, std::true_type{});
+            NamedBarSync(kBarP1, 256);  // P_{t+1} stored, WG1's P_t V_t issued
+            zero_tail(t + 1);
+            pv_ss(t + 1);
+          }
+          if constexpr (kNext) {
+            // S_{t+2}'s first blocks (this WG's V half, issued once PV_t retired, so most likely landed) go into the tensor
+            // pipe behind P_{t+1} V_{t+1} before anything waits for that PV (FlashMLA's order; attempts 66-67 waited for it
+            // first, which left the pipe without this WG's work for a PV's length per pair; attempt 69). Tile t + 1's
+            // non-owner half and P block go back, and tile t + 3's copies out, once that PV has retired (wait_group 1:
+            // the S blocks may still run); then the rest of S_{t+2}.
+            s_zero(sc4);
+            s_blocks(sc4, t + 2, 0, 4);
+            WgCommit();
+            if constexpr (kHas1) {
+              WgWait<1>();
+              FenceRegs(acc);
+              empty_arrive(buf1, 2);
+              empty_arrive(buf1, 1);
+              if (t + 3 < n) issue(t + 3, y3, 0, 4, true);  // tile t + 1's left half and P block are free
+            }
+            s_blocks(sc4, t + 2, 4, 9);
+            WgCommit();
+            WgWait0();
+            FenceRegs(sc4);
+            FenceRegs(acc);
+            empty_arrive(tile_buf(t + 2), 2);  // S_{t+2} done: the non-owner half is not read by this WG again
+          } else {
+            WgWait0();
+            FenceRegs(acc);
+            if constexpr (kHas1) {
+              empty_arrive(buf1, 2);
+              empty_arrive(buf1, 1);
+            }
+          }
+        };
+        // WG1's pair (t, t + 1), tile t + 1 its own; kNext = tile t + 3 exists.
+        auto pair_iter1 = [&](int t, auto next_tag) {
+          constexpr bool kNext = decltype(next_tag)::value;
+          const int buft = tile_buf(t), buf1 = tile_buf(t + 1);
+          int y2 = 0, y3 = 0;  // kSelf, thread 0: the pool rows of tiles t + 2 and t + 3
+          if (kSelf && wt == 0 && t + 2 < n) {
+            y2 = page_row(t + 2);
+            if (kNext) y3 = page_row(t + 3);
+          }
+          float mx0, mx1;
+          tile_max(sc4, t + 1, mx0, mx1);
+          NamedBarSync(kBarS0, 256);  // m' published
+          const float mn0 = fmaxf(sM[lr0], mx0 * sl2r0), mn1 = fmaxf(sM[lr1], mx1 * sl2r1);
+          if ((lane & 3) == 0) {
+            sM[64 + lr0] = mn0;
+            sM[64 + lr1] = mn1;
+          }
+          NamedBarArrive(kBarS1, 256);  // M' published
+          const float mu0 = fin(mn0), mu1 = fin(mn1), al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
+          m0 = mn0;
+          m1 = mn1;
+          float rs0, rs1;
+          tile_exp(sc4, mu0, mu1, rs0, rs1);
+          uint32_t pa[4][4];
+          pack(sc4, pa, 1.f, 1.f);
+          store_p(pa, t + 1);
+          empty_arrive(buf1, 1);  // done with tile t + 1's rope / P block
+          l0 = l0 * al0 + rs0;
+          l1 = l1 * al1 + rs1;
+          scale_acc(al0, al1, std::true_type{});
+          zero_tail(t + 1);
+          pv_own(pa, t + 1);
+          NamedBarSync(kBarP0, 256);  // P_t stored
+          zero_tail(t);
+          pv_ss(t, kSelf);
+          NamedBarArrive(kBarP1, 256);  // P_{t+1} stored (before P_t's wait), P_t V_t issued
+          if constexpr (kNext) {
+            WgWait<1>();
+            empty_arrive(buf1, 0);  // this WG's V half of tile t + 1
+            issue(t + 3, y3, 4, 8, false);
+            WgWait0();
+            FenceRegs(acc);
+            empty_arrive(buft, 2);
+            empty_arrive(buft, 1);
+            issue(t + 2, y2, 4, 8, !kSelf);  // tile t's right half (and P block: kSelf issued it with the left half)
+            s_zero(sc4);
+            s_blocks(sc4, t + 3, 0, 9);
+            WgCommit();
+            WgWait0();
+            FenceRegs(sc4);
+            empty_arrive(tile_buf(t + 3), 2);
+          } else {
+            WgWait0();
+            FenceRegs(acc);
+            empty_arrive(buf1, 0);
+            empty_arrive(buft, 2);
+            empty_arrive(buft, 1);
+            if (t + 2 < n) issue(t + 2, y2, 4, 8, !kSelf);  // the segment's last tile, WG0's alone
+          }
+        };
+        // WG1 when tile t (WG0's) is the segment's last: rescale to m', add P_t V_t.
+        auto single1 = [&](int t) {
+          const int buft = tile_buf(t);
+          NamedBarSync(kBarS0, 256);
+          const float q0 = sM[lr0], q1 = sM[lr1];
+          const float a0 = exp2f(m0 - fin(q0)), a1 = exp2f(m1 - fin(q1));
+          m0 = q0;
+          m1 = q1;
+          l0 *= a0;
+          l1 *= a1;
+          scale_acc(a0, a1, std::true_type{});
+          NamedBarSync(kBarP0, 256);
+          zero_tail(t);
+          pv_ss(t);
+          WgWait0();
+          FenceRegs(acc);
+          empty_arrive(buft, 2);
+          empty_arrive(buft, 1);
+        };
+        if (w == 0 || n >= 2) {  // S of this WG's first tile (kSelf: its copies first; both buffers are free here)
+          if (kSelf && wt == 0) issue(w, page_row(w), 0, 8, true);
+          s_zero(sc4);
+          s_blocks(sc4, w, 0, 9);
+          WgCommit();
+          WgWait0();
+          FenceRegs(sc4);
+          empty_arrive(tile_buf(w), 2);
+        }
+        for (int t = 0; t < n; t += 2) {
+          if (w == 0) {
+            if (t + 2 < n) pair_iter0(t, std::true_type{}, std::true_type{});
+            else if (t + 1 < n) pair_iter0(t, std::true_type{}, std::false_type{});
+            else pair_iter0(t, std::false_type{}, std::false_type{});
+          } else {
+            if (t + 3 < n) pair_iter1(t, std::true_type{});
+            else if (t + 1 < n) pair_iter1(t, std::false_type{});
+            else single1(t);
+          }
+        }
+      } else {
+      int j = w;
+      if (w == 0) {
+        own_tile(0, std::false_type{});
+        j = 2;
+      }
+      for (; j < n; j += 2) own_tile(j, std::true_type{});
+      if (((n - 1) & 1) != w) {  // the segment's last tile belongs to the other WG
+        WgWait0();
+        FenceRegs(acc);
+        release();
+        other_fetch(n - 1);
+        other_pv(n - 1);
+      }
       WgWait0();
       FenceRegs(acc);
       release();
-      other_fetch(n - 1);
-      other_pv(n - 1);
-    }
-    WgWait0();
-    FenceRegs(acc);
-    release();
-    }
+      }
 
-    // Row sums: 4 lanes per row, then the two WGs' sums through shared memory.
-#pragma unroll
-    for (int off = 1; off <= 2; off <<= 1) {
-      l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-      l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+      // Row sums: 4 lanes per row, then the two WGs' sums through shared memory.
+  #pragma unroll
+      for (int off = 1; off <= 2; off <<= 1) {
+        l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+      }
+      float* sLs = sL + (sc & 1) * 128;
+      if ((lane & 3) == 0) {
+        sLs[w * 64 + lr0] = l0;
+        sLs[w * 64 + lr1] = l1;
+      }
+      MbarArrive(&bars->q_empty);  // every S of this segment has completed: Q may be reloaded
+      NamedBarSync(3, 256);
+      const float L0 = sLs[lr0] + sLs[64 + lr0], L1 = sLs[lr1] + sLs[64 + lr1];
+      const float inv0 = L0 > 0.f ? out_mul / L0 : 0.f, inv1 = L1 > 0.f ? out_mul / L1 : 0.f;
+      StPartRow<kBf16>(p.o_part + ((long long)si * p.GH + gr0) * kDl + w * 256, acc, 0, inv0, lane, gr0 < p.GH);
+      StPartRow<kBf16>(p.o_part + ((long long)si * p.GH + gr1) * kDl + w * 256, acc, 1, inv1, lane, gr1 < p.GH);
+      if (w == 0 && (lane & 3) == 0) {
+        if (gr0 < p.GH) p.lse_part[(long long)si * p.GH + gr0] = L0 > 0.f ? (m0 + __log2f(L0)) * kLn2 : -INFINITY;
+        if (gr1 < p.GH) p.lse_part[(long long)si * p.GH + gr1] = L1 > 0.f ? (m1 + __log2f(L1)) * kLn2 : -INFINITY;
+      }
+      kbase += n;
+      ++sc;
     }
-    float* sLs = sL + (sc & 1) * 128;
-    if ((lane & 3) == 0) {
-      sLs[w * 64 + lr0] = l0;
-      sLs[w * 64 + lr1] = l1;
-    }
-    MbarArrive(&bars->q_empty);  // every S of this segment has completed: Q may be reloaded
-    NamedBarSync(3, 256);
-    const float L0 = sLs[lr0] + sLs[64 + lr0], L1 = sLs[lr1] + sLs[64 + lr1];
-    const float inv0 = L0 > 0.f ? out_mul / L0 : 0.f, inv1 = L1 > 0.f ? out_mul / L1 : 0.f;
-    StPartRow<kBf16>(p.o_part + ((long long)si * p.GH + gr0) * kDl + w * 256, acc, 0, inv0, lane, gr0 < p.GH);
-    StPartRow<kBf16>(p.o_part + ((long long)si * p.GH + gr1) * kDl + w * 256, acc, 1, inv1, lane, gr1 < p.GH);
-    if (w == 0 && (lane & 3) == 0) {
-      if (gr0 < p.GH) p.lse_part[(long long)si * p.GH + gr0] = L0 > 0.f ? (m0 + __log2f(L0)) * kLn2 : -INFINITY;
-      if (gr1 < p.GH) p.lse_part[(long long)si * p.GH + gr1] = L1 > 0.f ? (m1 + __log2f(L1)) * kLn2 : -INFINITY;
-    }
-    kbase += n;
-    ++sc;
-  }
-  if constexpr (kMc) ClusterSync();  // the peer's consumers may still arrive on this CTA's barriers
+    if constexpr (kMc) ClusterSync();  // the peer's consumers may still arrive on this CTA's barriers
   };
-  if constexpr (kLoad == 3) {
+  if constexpr (kStaticW) {
     if (wg == 0) consumer(std::integral_constant<int, 0>{});
     else consumer(std::integral_constant<int, 1>{});
   } else {
