@@ -20,6 +20,11 @@ timeout 120 python3 -m pytest -m gpu -v -rfE -p no:cacheprovider tests/test_mla_
   -k "f16 or pair-tma_multicast-right" > $OUT/s36c_pt.log 2>&1
 echo "== pytest sw2 rc $? $(( $(date +%s) - start )) s" >> $L
 grep -E "PASSED|FAILED|ERROR|passed|failed" $OUT/s36c_pt.log | tail -6 | cut -c1-200 >> $L
+start=$(date +%s)
+timeout 120 python3 -m pytest -m gpu -v -rfE -p no:cacheprovider tests/test_mla_decode_formats.py \
+  -k "test_gpu_fp8_decode_variant" > $OUT/s36c_pt_fmt.log 2>&1
+echo "== pytest sw2 fp8 decode variant (its f16 kernel's SASS moved two zeroing instructions) rc $? $(( $(date +%s) - start )) s" >> $L
+grep -E "PASSED|FAILED|ERROR|passed|failed" $OUT/s36c_pt_fmt.log | tail -3 | cut -c1-200 >> $L
 A="--B 16,64 --L 65536 --iterations 20 --kv-dtypes bf16 --hg 64x4,128x2"
 for r in 1 2 3; do
   ab_bench sw2_r$r $L $A -- HELIX_JAX_FFI_LIB_DIR=$SW
@@ -30,5 +35,5 @@ timeout 200 python3 benchmarks/mla_decode.py $A --kv-dtypes bf16,fp8_e4m3 --name
 echo "== bench default rc $?" >> $L
 grep -E "ceiling|copy|matmul|backend=" /tmp/d1.log | sed -e 's/ page_size=[0-9]*//' -e 's/ kernel_us=.*//' | cut -c1-200 >> $L
 sed -i "s#$PWD/#\$PWD/#g" $L
-sed -i "s#rootdir: /work/main#rootdir: .#; s#$PWD/#\$PWD/#g" $OUT/s36c_pt.log
+sed -i "s#rootdir: /work/main#rootdir: .#; s#$PWD/#\$PWD/#g" $OUT/s36c_pt.log $OUT/s36c_pt_fmt.log
 cat $L
