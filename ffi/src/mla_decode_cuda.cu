@@ -133,6 +133,7 @@ inline bool CostFits(long long B, long long cap) {
 }
 
 // Serial reference of PlanPart (host-callable: tests/mla_decode_schedule_check.cu checks it against BuildSchedule).
+[[maybe_unused]]  // (the CUDA build does not call it)
 __host__ __device__ inline int2 PlanPartSerial(const int* bounds, int B, int G, int cap, int num_parts, int q, int4* seg,
                                                int ov = kSegOverhead) {
   int total = 0;
@@ -212,6 +213,7 @@ struct SchedTable {
   int2* part;  // [num_parts] (seg_begin, seg_end)
   int2* batch; // [B] (seg_begin, nseg)
 };
+[[maybe_unused]]  // (host tables for the standalone driver and tests; the CUDA build does not call it)
 inline void BuildSchedule(const int* bounds, int B, int G, int cap, int num_parts, SchedTable s, int* sp,
                           int ov = kSegOverhead) {
   int total = 0;
@@ -1547,13 +1549,14 @@ int PairMcFromEnv() {
 // half loaded per CTA (PAIR_MC=right, session 34): H=64 G=4 B=64 +4 % (session 34) and +6-8 % in each of three rounds
 // (3.70-3.83 against 3.99-4.09 ms, session 35), H=128 G=2 B=64 +1.5 % / level, B=16 level to 1 % slower. At 2 row tiles
 // (G=1, H=128) the seesaw stays: pair 2 % slower there (sessions 33-34; benchmarks/NOTES.md). At exactly 4 row tiles the
-// multicast pair kernel (PAIR_MC=right) runs with one consumer code copy per warpgroup (bit 32768): H=64 G=4 +1.1 % at
-// B=16 and 3.57 against 3.62-3.89 ms at B=64 in three rounds; 0.6 % slower at 8 row tiles (session 36).
+// multicast pair kernel (PAIR_MC=right) runs with one consumer code copy per warpgroup (bit 32768): +0.9-1.7 % at B=16 in
+// two calls, H=64 G=4 B=64 median 3.63 against 3.80 ms over six rounds; 0.6 % slower at 8 row tiles (session 36).
 template <bool kBf16>
 int SsSched(const Params& p, int mtiles) {
   const int env = SsSchedFromEnv();
   const int mc = PairMcFromEnv();
-  const int sched = env != 1 ? (env == 2048 ? 2048 | mc : env) : mtiles >= 4 && SeesawLoad<kBf16>(p, mtiles) == 3 ? 2048 | mc : 0;
+  const int sched = env != 1 ? (env == 2048 ? 2048 | mc : env)
+                              : mtiles >= 4 && SeesawLoad<kBf16>(p, mtiles) == 3 ? 2048 | mc : 0;
   return sched == (2048 | 4096) && mtiles == 4 && SeesawLoad<kBf16>(p, mtiles) == 3 ? sched | 32768 : sched;
 }
 
@@ -1624,7 +1627,7 @@ cudaError_t LaunchMain(const Params& p, const Sched& s, int num_parts, int mtile
   } else if constexpr (kMode == kSeesaw) {
     constexpr int kV = kVar & 7, kVp = kV | ((kVar & 2048) ? 16 : 0);  // kVar bit 2048: the pair schedule (TMA loads)
     // kVar bits 4096 / 8192 (HELIX_MLA_DECODE_PAIR_MC): the multicast pair kernel loads its left / right half alone.
-    // kVar bit 32768: ... with one copy of the consumer code per warpgroup (mla_seesaw kVar bit 128).
+    // kVar bit 32768: the multicast pair kernel with one copy of the consumer code per warpgroup (mla_seesaw bit 128).
     constexpr int kVp3 = kVp | ((kVar & 4096) ? 32 : 0) | ((kVar & 8192) ? 64 : 0) | ((kVar & 32768) ? 128 : 0);
     const int load = SeesawLoad<kBf16>(p, mtiles, kVar);
     if (load < 0) return cudaErrorInvalidValue;  // Launch checks the variable first and names it

@@ -1039,7 +1039,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
     // nvfp4: codes * block scales are the pool's values times the global scale (helix_jax/quant.py)
     const float out_mul = kDec ? __frcp_rn(__ldg(qp.kv_scale)) : 1.f, sl2 = p.scale_log2 * out_mul;
     int kbase = 0, sc = 0;
-    uint64_t kv_pol = 0;  // kSelf: the consumers' KV copies carry the producer's evict-first hint
+    [[maybe_unused]] uint64_t kv_pol = 0;  // kSelf: the consumers' KV copies carry the producer's evict-first hint
     if constexpr (kSelf) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(kv_pol));
     // Releases role `part` (see SsBars::empty) of KV buffer `buf` (kMc: one lane per warp on this CTA's
     // barrier, one on the peer's; the warp is converged at every call site and its wgmma reads have completed).
