@@ -1549,8 +1549,9 @@ int PairMcFromEnv() {
 // half loaded per CTA (PAIR_MC=right, session 34): H=64 G=4 B=64 +4 % (session 34) and +6-8 % in each of three rounds
 // (3.70-3.83 against 3.99-4.09 ms, session 35), H=128 G=2 B=64 +1.5 % / level, B=16 level to 1 % slower. At 2 row tiles
 // (G=1, H=128) the seesaw stays: pair 2 % slower there (sessions 33-34; benchmarks/NOTES.md). At exactly 4 row tiles the
-// multicast pair kernel (PAIR_MC=right) runs with one consumer code copy per warpgroup (bit 32768): +0.9-1.7 % at B=16 in
-// two calls, H=64 G=4 B=64 median 3.63 against 3.80 ms over six rounds; 0.6 % slower at 8 row tiles (session 36).
+// multicast pair kernel (PAIR_MC=right) runs with one consumer code copy per warpgroup (bit 32768): +0.3-1.7 % at B=16 in
+// three calls; at B=64, whose 20-call rounds move +-5 % with the power cap, +0.5-0.9 % over 400 back-to-back calls in
+// three rounds; 0.6 % slower at 8 row tiles (session 36).
 template <bool kBf16>
 int SsSched(const Params& p, int mtiles) {
   const int env = SsSchedFromEnv();

@@ -718,8 +718,8 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
   constexpr int kAloneSides = kPair && kLoad == 3 ? (kVar >> 5) & 3 : 0;
   auto kMcSide = [](int sd) { return ((kAloneSides >> sd) & 1) == 0; };
   // kVar bit 128 (the pair schedule's multicast kernel; auto at 4 row tiles): one copy of the consumer code per
-  // warpgroup (attempt 76, benchmarks/NOTES.md session 36: +1-2 % at H=64 G=4; the G=1 seesaw and 8 row tiles 0.5-0.8 %
-  // slower, so not everywhere; kLoad 2's copies spill).
+  // warpgroup (attempt 76, benchmarks/NOTES.md session 36: +0.3-1.7 % at 4 row tiles; the G=1 seesaw and 8 row tiles
+  // 0.6-0.8 % slower, so not everywhere; kLoad 2's copies spill).
   constexpr bool kStaticW = (kVar & 128) != 0;
   static_assert(!kStaticW || (kPair && kLoad == 3), "one consumer copy per warpgroup: the multicast pair kernel");
   static_assert(!kStage || (kNv4 && (kVar & 4) == 0), "the staging slot: nvfp4 pages, no load-free probe");
