@@ -1556,9 +1556,9 @@ template <bool kBf16>
 int SsSched(const Params& p, int mtiles) {
   const int env = SsSchedFromEnv();
   const int mc = PairMcFromEnv();
-  const int sched = env != 1 ? (env == 2048 ? 2048 | mc : env)
-                              : mtiles >= 4 && SeesawLoad<kBf16>(p, mtiles) == 3 ? 2048 | mc : 0;
-  return sched == (2048 | 4096) && mtiles == 4 && SeesawLoad<kBf16>(p, mtiles) == 3 ? sched | 32768 : sched;
+  const bool mc4 = mtiles >= 4 && SeesawLoad<kBf16>(p, mtiles) == 3;  // multicast over 4+ row tiles
+  const int sched = env != 1 ? (env == 2048 ? 2048 | mc : env) : mc4 ? 2048 | mc : 0;
+  return sched == (2048 | 4096) && mc4 && mtiles == 4 ? sched | 32768 : sched;
 }
 
 template <bool kBf16, int kMode, int kFmt = kFmtNative, int kVar = 0>
