@@ -57,7 +57,7 @@ __device__ long long g_ss_trace[kTrEvents][kTrTiles];
 
 constexpr int kSsThreads = 384;
 constexpr int kSsTileBytes = kTileElems * 2;  // 73728
-constexpr int kSsProducerRegs = 40, kSsConsumerRegs = 232;  // setmaxnreg budgets (see the producer)
+constexpr int kSsProducerRegs = 56, kSsConsumerRegs = 224;  // setmaxnreg budgets (see the producer)
 // kLoad 4: the decoding producer's registers set its pace (H200, session 18: 40 / 232 and 56 / 224 spilled in the decode,
 // 72 / 216 was 1-5 % slower than 88 / 208, which compiles without spills in either region).
 constexpr int kSsNv4ProducerRegs = 88, kSsNv4ConsumerRegs = 208;
@@ -751,9 +751,10 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
   if (wg == 2) {
     // ---------------- producer ----------------
     // Registers move to the consumers (ptxas allocates each region under its setmaxnreg budget):
-    // 128 x 40 + 256 x 232 = 384 x 168, the registers the CTA is launched with (ptxas's count under
-    // __launch_bounds__(384, 1)): a larger sum makes the consumers' increase wait forever. The TMA path's
-    // producer spills a few words at 40 (outside the copies).
+    // 128 x 56 + 256 x 224 = 384 x 168, the registers the CTA is launched with (ptxas's count under
+    // __launch_bounds__(384, 1)): a larger sum makes the consumers' increase wait forever. At 40 / 232 the TMA
+    // producers spilled ~9 words per tile between a release and the refill's copies (4 % at H=128 G=1, session 37);
+    // at 224 the consumers' wgmmas still compile unserialised (C7512 appears at 216).
     static_assert(128 * kSsProducerRegs + 256 * kSsConsumerRegs <= kSsThreads * ((65536 / kSsThreads) & ~7) &&
                       128 * kSsNv4ProducerRegs + 256 * kSsNv4ConsumerRegs <= kSsThreads * ((65536 / kSsThreads) & ~7),
                   "setmaxnreg budgets exceed the registers the CTA is launched with");
