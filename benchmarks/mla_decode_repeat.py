@@ -19,6 +19,7 @@ import sys
 import time
 import zlib
 
+import jax.numpy as jnp
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -49,10 +50,14 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=10, help="calls per case (the first is the bitwise baseline)")
     ap.add_argument("--seconds", type=float, default=60.0, help="stop repeating a case after this long")
     ap.add_argument("--implementation", default="ffi")
+    ap.add_argument("--dtype", choices=("bf16", "f16"), default="bf16",
+                    help="contract suite: the queries' and pages' 16-bit type (f16: the f16 kernel instantiations)")
     args = ap.parse_args(argv)
     # The environment variables the CUDA handler reads, as the run's label.
     mode = " ".join(f"{k[len('HELIX_MLA_DECODE_'):]}={v}" for k, v in sorted(os.environ.items())
                     if k.startswith("HELIX_MLA_DECODE_")) or "defaults"
+    if args.suite == "contract" and args.dtype != "bf16":
+        mode += f" dtype={args.dtype}"
     suite_cases = contract.GPU_CASES if args.suite == "contract" else formats.DETERMINISM_CASES
     picked = range(len(suite_cases)) if args.case is None else args.case
     for i in picked:
@@ -65,7 +70,8 @@ def main(argv=None):
         if args.suite == "contract":
             nodeid = (f"tests/test_mla_decode_contract.py::test_gpu_contract[{B}-{G}-{H}-{P}-lens{name}-"
                       f"{args.implementation}]")
-            case = contract.gpu_case(_seeded(nodeid, shift), B, G, H, P, lens)
+            case = contract.gpu_case(_seeded(nodeid, shift), B, G, H, P, lens,
+                                     dtype=jnp.float16 if args.dtype == "f16" else jnp.bfloat16)
             run, check = contract.run, contract.check
         else:
             nodeid = (f"tests/test_mla_decode_formats.py::test_gpu_ffi_formats_are_deterministic[{B}-{G}-{H}-{P}-"

@@ -274,9 +274,9 @@ def test_gpu_contract(implementation, B, G, H, P, lens, rng):
 @pytest.mark.parametrize("B,G,H,P,lens", [(3, 4, 128, 64, [131072, 70, 1]), (2, 8, 128, 64, [5000, 127]),
                                            (2, 2, 128, 64, [9000, 130])])
 def test_gpu_contract_f16(B, G, H, P, lens, rng):
-    """f16 queries and pages where the default picks the pair schedule with multicast (G*H >= 256; the f16
-    instantiations of the 16-bit seesaw, whose bf16 twins GPU_CASES covers: at 4 row tiles, G*H = 256, the kernel with
-    one consumer code copy per warpgroup), a partial last tile among them."""
+    """f16 queries and pages at G*H >= 256, where the default runs the multicast seesaw (the f16 instantiations of the
+    16-bit seesaw, whose bf16 twins GPU_CASES covers; test_gpu_contract_pair_schedule runs the f16 pair kernels), a
+    partial last tile among them."""
     if jax.default_backend() != "gpu":
         pytest.fail("the gpu-marked tests need a GPU backend")
     case = gpu_case(rng, B, G, H, P, lens, dtype=jnp.float16)
@@ -345,21 +345,21 @@ def test_gpu_contract_load_paths(load):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("sched,load,pair_mc", [
-    ("pair", "auto", "right"), ("pair", "tma_evict_first", "right"), ("pair", "tma", "right"),
-    ("pair", "tma_multicast", "right"), ("pair", "tma_multicast", "both"), ("pair", "tma_multicast", "left"),
-    ("seesaw", "auto", "right")])
-def test_gpu_contract_pair_schedule(sched, load, pair_mc):
-    """Every GPU contract case under HELIX_MLA_DECODE_SCHED=pair with each load path it runs on (auto: multicast issued
-    by producer warps where the row tiles pair, else consumer-issued evict-first copies; tma_evict_first: consumer-issued;
-    tma_multicast: multicast where they pair; tma: the producer's whole parts), and under seesaw (the default picks pair
-    at G*H >= 256, so this keeps the seesaw tested there); HELIX_MLA_DECODE_PAIR_MC right (default) / left: one half
-    loaded by each CTA alone, both: both multicast; subprocesses (read once per process), three calls each,
-    against the oracle and bitwise against the first."""
+@pytest.mark.parametrize("sched,load,pair_mc,dtype", [
+    ("pair", "auto", "right", "bf16"), ("pair", "tma_evict_first", "right", "bf16"), ("pair", "tma", "right", "bf16"),
+    ("pair", "tma_multicast", "right", "bf16"), ("pair", "tma_multicast", "both", "bf16"),
+    ("pair", "tma_multicast", "left", "bf16"), ("pair", "auto", "right", "f16"), ("seesaw", "auto", "right", "bf16")])
+def test_gpu_contract_pair_schedule(sched, load, pair_mc, dtype):
+    """Every GPU contract case under HELIX_MLA_DECODE_SCHED=pair (opt-in since session 38: the default runs the seesaw
+    everywhere) with each load path it runs on (auto: multicast issued by producer warps where the row tiles pair, else
+    consumer-issued evict-first copies; tma_evict_first: consumer-issued; tma_multicast: multicast where they pair;
+    tma: the producer's whole parts), in f16 too (the f16 pair kernels), and under an explicit seesaw;
+    HELIX_MLA_DECODE_PAIR_MC right (default) / left: one half loaded by each CTA alone, both: both multicast;
+    subprocesses (read once per process), three calls each, against the oracle and bitwise against the first."""
     import subprocess
     env = dict(os.environ, HELIX_MLA_DECODE_SCHED=sched, HELIX_MLA_DECODE_LOAD=load, HELIX_MLA_DECODE_PAIR_MC=pair_mc)
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mla_decode_repeat.py"), "--runs", "3"],
-                         env=env, capture_output=True, text=True, timeout=900)
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mla_decode_repeat.py"), "--runs", "3",
+                          "--dtype", dtype], env=env, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
 
 

@@ -1277,8 +1277,8 @@ int KernelModeFromEnv() {
 
 // The 16-bit seesaw kernel's consumer schedule from HELIX_MLA_DECODE_SCHED, read once: seesaw = the tile-by-tile
 // hand-off (own_tile); pair = tiles in pairs with one running max per pair and the four PVs of a pair in flight together
-// (mla_seesaw kVar bit 16, FlashMLA's order; TMA loads only, cp.async tiles keep seesaw); auto (default) = pair where
-// SsSched says so. Under pair the KV copies follow the load path: multicast over two row tiles (auto where the row
+// (mla_seesaw kVar bit 16, FlashMLA's order; TMA loads only, cp.async tiles keep seesaw); auto (default) = seesaw
+// (SsSched). Under pair the KV copies follow the load path: multicast over two row tiles (auto where the row
 // tiles pair, tma_multicast) is issued by producer warps 0-1 once both CTAs released a buffer half (attempt 72);
 // evict-first TMA (auto otherwise, tma_evict_first) is issued by the consumers themselves (attempt 70); tma keeps the
 // producer refilling whole parts (attempt 66's form, 21 % slower). benchmarks/NOTES.md, sessions 31-33.
@@ -1543,21 +1543,18 @@ int PairMcFromEnv() {
   return mode;
 }
 
-// The 16-bit seesaw's schedule for this call (kVar bit 2048 for pair, else 0; SsSchedFromEnv checked first). auto picks
-// the pair schedule with multicast where the seesaw would multicast and there are at least 4 row tiles (G * H >= 256).
-// At 8+ row tiles it was 2.4-3.7 % faster at H=128 G = 4 / 8, B = 16 / 64 (session 33). At 4 row tiles, with one buffer
-// half loaded per CTA (PAIR_MC=right, session 34): H=64 G=4 B=64 +4 % (session 34) and +6-8 % in each of three rounds
-// (3.70-3.83 against 3.99-4.09 ms, session 35), H=128 G=2 B=64 +1.5 % / level, B=16 level to 1 % slower. At 2 row tiles
-// (G=1, H=128) the seesaw stays: pair 2 % slower there (sessions 33-34; benchmarks/NOTES.md). At exactly 4 row tiles the
-// multicast pair kernel (PAIR_MC=right) runs with one consumer code copy per warpgroup (bit 32768): +0.3-1.7 % at B=16 in
-// three calls; at B=64, whose 20-call rounds move +-5 % with the power cap, +0.5-0.9 % over 400 back-to-back calls in
-// three rounds; 0.6 % slower at 8 row tiles (session 36).
+// The 16-bit seesaw's schedule for this call (kVar bit 2048 for pair, else 0; SsSchedFromEnv checked first). auto is the
+// seesaw everywhere (session 38): since the setmaxnreg budgets of attempt 79 (session 37) it is ahead of the multicast pair
+// schedule at 4 and 8 row tiles too (H=64 G=4: +3-4 % at B=16, +4 % over 400 back-to-back calls at B=64; H=128 G=4 B=16
+// +1.6 %; H=128 G=1 pair 5 % slower; benchmarks/NOTES.md, session 38), where sessions 33-36 had measured the pair
+// schedule 2.4-8 % ahead. HELIX_MLA_DECODE_SCHED=pair keeps it: with PAIR_MC=right at exactly 4 row tiles, the kernel with
+// one consumer code copy per warpgroup (bit 32768; +0.3-1.7 % over the shared copy there, session 36).
 template <bool kBf16>
 int SsSched(const Params& p, int mtiles) {
   const int env = SsSchedFromEnv();
   const int mc = PairMcFromEnv();
   const bool mc4 = mtiles >= 4 && SeesawLoad<kBf16>(p, mtiles) == 3;  // multicast over 4+ row tiles
-  const int sched = env != 1 ? (env == 2048 ? 2048 | mc : env) : mc4 ? 2048 | mc : 0;
+  const int sched = env == 2048 ? 2048 | mc : 0;
   return sched == (2048 | 4096) && mc4 && mtiles == 4 ? sched | 32768 : sched;
 }
 

@@ -717,7 +717,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
   // (no multicast: its refill waits for this CTA's release only). kMcSide(sd): half sd is multicast.
   constexpr int kAloneSides = kPair && kLoad == 3 ? (kVar >> 5) & 3 : 0;
   auto kMcSide = [](int sd) { return ((kAloneSides >> sd) & 1) == 0; };
-  // kVar bit 128 (the pair schedule's multicast kernel; auto at 4 row tiles): one copy of the consumer code per
+  // kVar bit 128 (the pair schedule's multicast kernel, opt-in, at 4 row tiles): one copy of the consumer code per
   // warpgroup (attempt 76, benchmarks/NOTES.md session 36: +0.3-1.7 % at 4 row tiles; the G=1 seesaw and 8 row tiles
   // 0.6-0.8 % slower, so not everywhere; kLoad 2's copies spill).
   constexpr bool kStaticW = (kVar & 128) != 0;
