@@ -1545,7 +1545,7 @@ int PairMcFromEnv() {
 
 // The 16-bit seesaw's schedule for this call (kVar bit 2048 for pair, else 0; SsSchedFromEnv checked first). auto is the
 // seesaw everywhere (session 38): since the setmaxnreg budgets of attempt 79 (session 37) it is ahead of the multicast pair
-// schedule at 4 and 8 row tiles too (H=64 G=4: +3-4 % at B=16, +4 % over 400 back-to-back calls at B=64; H=128 G=4 B=16
+// schedule at 4 and 8 row tiles too (H=64 G=4: +3-4 % at B=16 and over 400 back-to-back calls at B=64; H=128 G=4 B=16
 // +1.6 %; H=128 G=1 pair 5 % slower; benchmarks/NOTES.md, session 38), where sessions 33-36 had measured the pair
 // schedule 2.4-8 % ahead. HELIX_MLA_DECODE_SCHED=pair keeps it: with PAIR_MC=right at exactly 4 row tiles, the kernel with
 // one consumer code copy per warpgroup (bit 32768; +0.3-1.7 % over the shared copy there, session 36).
