@@ -53,6 +53,8 @@ def main(argv=None):
     ap.add_argument("--dtype", choices=("bf16", "f16"), default="bf16",
                     help="contract suite: the queries' and pages' 16-bit type (f16: the f16 kernel instantiations)")
     args = ap.parse_args(argv)
+    if args.suite != "contract" and args.dtype != "bf16":
+        ap.error(f"--dtype {args.dtype}: only the contract suite has a 16-bit page type to choose (formats: --fmt)")
     # The environment variables the CUDA handler reads, as the run's label.
     mode = " ".join(f"{k[len('HELIX_MLA_DECODE_'):]}={v}" for k, v in sorted(os.environ.items())
                     if k.startswith("HELIX_MLA_DECODE_")) or "defaults"

@@ -1551,11 +1551,10 @@ int PairMcFromEnv() {
 // one consumer code copy per warpgroup (bit 32768; +0.3-1.7 % over the shared copy there, session 36).
 template <bool kBf16>
 int SsSched(const Params& p, int mtiles) {
-  const int env = SsSchedFromEnv();
-  const int mc = PairMcFromEnv();
-  const bool mc4 = mtiles >= 4 && SeesawLoad<kBf16>(p, mtiles) == 3;  // multicast over 4+ row tiles
-  const int sched = env == 2048 ? 2048 | mc : 0;
-  return sched == (2048 | 4096) && mc4 && mtiles == 4 ? sched | 32768 : sched;
+  if (SsSchedFromEnv() != 2048) return 0;  // auto and seesaw
+  const int sched = 2048 | PairMcFromEnv();
+  const bool mc4 = mtiles == 4 && SeesawLoad<kBf16>(p, mtiles) == 3;  // multicast over exactly 4 row tiles
+  return sched == (2048 | 4096) && mc4 ? sched | 32768 : sched;
 }
 
 template <bool kBf16, int kMode, int kFmt = kFmtNative, int kVar = 0>
