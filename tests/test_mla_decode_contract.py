@@ -247,6 +247,10 @@ GPU_CASES = [
     (16, 2, 128, 64, [65536] + [100] * 15),
     (128, 1, 16, 64, list(range(1, 4097, 32))),
     (128, 4, 128, 64, [257] * 127 + [8192]),
+    # row-tile counts whose groups do not divide the device's units (session 39): 16 row tiles in 1 x 2 clusters (8 parts
+    # of 66 clusters) and 5, an odd count, without clusters (26 parts of 132 SMs)
+    (2, 8, 128, 64, [20000, 3000]),
+    (4, 5, 64, 64, [5000, 64, 1, 9000]),
 ]
 
 
