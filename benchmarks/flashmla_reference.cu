@@ -12,6 +12,7 @@
 //     $FM/csrc/sm90/decode/dense/instantiations/bf16.cu $FM/csrc/smxx/decode/combine/combine.cu \
 //     $FM/csrc/smxx/decode/get_decoding_sched_meta/get_decoding_sched_meta.cu -lcuda -o flashmla_reference
 //   ./flashmla_reference [iterations, default 20] [B:G:H:L ...]   (shapes, default: the issue's eight)
+//   FLASHMLA_REF_FOLD=128 ./flashmla_reference ...                  (the page table folded onto 128 pages: L2-resident)
 //
 // Prints, per shape (B, G = s_q, H = h_q, L), the mean ms of one decode call (scheduler + main + combine, as FlashMLA's
 // Python API runs them) and of the main kernel alone, over `iterations` back-to-back calls after two warm-up calls
@@ -82,6 +83,10 @@ struct Problem {
     htable.resize((size_t)B * pages_per_seq);
     for (size_t i = 0; i < htable.size(); ++i) htable[i] = (int)i;
     std::shuffle(htable.begin(), htable.end(), rng);
+    // FLASHMLA_REF_FOLD=n: every table entry taken modulo n, so all sequences read n pages (n * 72 KB; 128 pages = 9.4 MB
+    // stay in L2): how much of a call's time is the trip to HBM (benchmarks/NOTES.md, session 40).
+    if (const char* f = std::getenv("FLASHMLA_REF_FOLD"); f != nullptr && std::atoi(f) > 0)
+      for (int& e : htable) e %= std::atoi(f);
     std::vector<int> hlens(B, L);
     CK(cudaMalloc(&q, nq * sizeof(bf16)));
     CK(cudaMalloc(&k, nk * sizeof(bf16)));
