@@ -85,8 +85,9 @@ struct Problem {
     std::shuffle(htable.begin(), htable.end(), rng);
     // FLASHMLA_REF_FOLD=n: every table entry taken modulo n, so all sequences read n pages (n * 72 KB; 128 pages = 9.4 MB
     // stay in L2): how much of a call's time is the trip to HBM (benchmarks/NOTES.md, session 40).
-    if (const char* f = std::getenv("FLASHMLA_REF_FOLD"); f != nullptr && std::atoi(f) > 0)
-      for (int& e : htable) e %= std::atoi(f);
+    if (const char* f = std::getenv("FLASHMLA_REF_FOLD"); f != nullptr)
+      if (const int fold = std::atoi(f); fold > 0)
+        for (int& e : htable) e %= fold;
     std::vector<int> hlens(B, L);
     CK(cudaMalloc(&q, nq * sizeof(bf16)));
     CK(cudaMalloc(&k, nk * sizeof(bf16)));
