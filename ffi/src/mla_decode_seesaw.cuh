@@ -106,9 +106,6 @@ __device__ __forceinline__ void ReleaseAfterLoads(uint64_t* b, bool each = false
   }
 }
 
-#ifndef HELIX_SS_MAX_TREE
-#define HELIX_SS_MAX_TREE 0
-#endif
 // Row maxima (raw logits) of a 64-token S tile starting at token tile0, in the m64n64 accumulator layout (sc[nt][0..1]:
 // row g, sc[nt][2..3]: row g + 8, tokens tile0 + nt * 8 + 2 (lane & 3) + {0, 1}), masking sc in place to -inf past each
 // row's bound (bnd0 / bnd1) where the tile crosses one; a warp whose rows all hold the whole tile skips the compares.
@@ -118,30 +115,11 @@ __device__ __forceinline__ void MaskedRowMax(float (&sc)[8][4], int tile0, int l
   const int tok0 = tile0 + (lane & 3) * 2;
   mx0 = -INFINITY, mx1 = -INFINITY;
   if (__all_sync(0xffffffffu, tile0 + kTokTile <= min(bnd0, bnd1))) {
-#if HELIX_SS_MAX_TREE
-    // A balanced tree (attempt 85): 4 dependent maxima per row instead of a chain of 9, in the softmax's critical path.
-    float a[8], c[8];
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      a[nt] = fmaxf(sc[nt][0], sc[nt][1]);
-      c[nt] = fmaxf(sc[nt][2], sc[nt][3]);
-    }
-#pragma unroll
-    for (int w = 4; w >= 1; w >>= 1)
-#pragma unroll
-      for (int i = 0; i < w; ++i) {
-        a[i] = fmaxf(a[i], a[i + w]);
-        c[i] = fmaxf(c[i], c[i + w]);
-      }
-    mx0 = a[0];
-    mx1 = c[0];
-#else
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
       mx0 = fmaxf(mx0, fmaxf(sc[nt][0], sc[nt][1]));
       mx1 = fmaxf(mx1, fmaxf(sc[nt][2], sc[nt][3]));
     }
-#endif
   } else {
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
@@ -650,26 +628,6 @@ __device__ __forceinline__ void SsQToF16(uint16_t* sQ, float* qs, int r, int hh)
   }
 }
 
-// 2^x for x <= 0 on the FMA pipe (attempt 83): x = n + f with n = round(x) by the 1.5 * 2^23 trick (t's low mantissa
-// bits then hold n), |f| <= 1/2, 2^f by a degree-3 polynomial with p(0) = 1 (relative error 1.0e-4, under a bf16 / f16
-// P's rounding), and n added into p's exponent field. x is clamped at -127 first, where f = 0 and p = 1 make the result
-// exactly +0 (so x = -inf, a masked logit, gives 0 as exp2f does); results below 2^-126 come out as denormals or +0.
-__device__ __forceinline__ float Exp2Fma(float x) {
-  x = fmaxf(x, -127.f);
-  const float t = __fadd_rn(x, 12582912.f);
-  const float f = __fsub_rn(x, __fsub_rn(t, 12582912.f));
-  const float q = __fmaf_rn(__fmaf_rn(__fmaf_rn(0x1.c2a196p-5f, f, 0x1.f00c2p-3f), f, 0x1.62f5fap-1f), f, 1.f);
-  return __int_as_float(__float_as_int(q) + (__float_as_int(t) << 23));
-}
-// The seesaw softmax's 2^x of 8 x 4 logits per thread: the MUFU pipe takes 8 cycles per warp instruction, so 32 of them
-// are the longest part of a softmax that sits in the consumers' chain; column blocks nt with bit nt of HELIX_SS_EXP_FMA
-// go through Exp2Fma on the otherwise idle FMA pipe instead.
-#ifndef HELIX_SS_EXP_FMA
-#define HELIX_SS_EXP_FMA 0
-#endif
-#ifndef HELIX_SS_SPLIT
-#define HELIX_SS_SPLIT 4
-#endif
 template <bool kBf16>
 __device__ __forceinline__ void WgmmaS64(float (&d)[8][4], uint64_t da, uint64_t db) {
   if constexpr (kBf16) Wgmma_m64n64_bf16<0>(d, da, db); else Wgmma_m64n64_f16<0>(d, da, db);
@@ -1253,11 +1211,9 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
           // S_j block by block as copies land: own V half, rope, other half (the order the producer refills them in; the
           // other half is released last). The own V half (refilled first) is one commit group; the other WG's tile j-1 is
           // taken while it runs: wait for softmax_{j-1}, issue PV_{j-1}, then the rest of S_j.
-          // HELIX_SS_SPLIT (attempt 84, an experiment): how many of S_j's blocks go before the other WG's tile j-1.
-          constexpr int kSplit = kDec ? 4 : HELIX_SS_SPLIT;
   #pragma unroll
           for (int q = 0; q < 9; ++q) {
-            if (q == kSplit) {
+            if (q == 4) {
               WgCommit();
               if constexpr (oth) {
                 other_fetch(j - 1);
@@ -1292,11 +1248,8 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         uint32_t pa[4][4];
   #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
-          constexpr int kFmaMask = kDec ? 0 : HELIX_SS_EXP_FMA;  // the decoding seesaws' registers are not tried
-          const bool fma = (kFmaMask >> nt) & 1;
-          auto ex = [&](float x) { return fma ? Exp2Fma(x) : exp2f(x); };
-          const float p0 = ex(fmaf(sc4[nt][0], sl2r0, -mu0)), p1 = ex(fmaf(sc4[nt][1], sl2r0, -mu0));
-          const float p2 = ex(fmaf(sc4[nt][2], sl2r1, -mu1)), p3 = ex(fmaf(sc4[nt][3], sl2r1, -mu1));
+          const float p0 = exp2f(fmaf(sc4[nt][0], sl2r0, -mu0)), p1 = exp2f(fmaf(sc4[nt][1], sl2r0, -mu0));
+          const float p2 = exp2f(fmaf(sc4[nt][2], sl2r1, -mu1)), p3 = exp2f(fmaf(sc4[nt][3], sl2r1, -mu1));
           rs0 += p0 + p1;
           rs1 += p2 + p3;
           pa[nt >> 1][(nt & 1) * 2 + 0] = Pack2<kMB>(p0, p1);
