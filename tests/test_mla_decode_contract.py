@@ -287,6 +287,38 @@ def test_gpu_contract_f16(B, G, H, P, lens, rng):
     check(case, *run(case, "ffi"))
 
 
+def rising_case(rng, B, G, H, P, lens, dtype=jnp.bfloat16):
+    """gpu_case's pool with logits that climb along each sequence in steps of every size: latent dims 0..63 of token t
+    get r(t) = 0.05 t / 64 (a slow ramp) + 2.5 floor(t / 640) (a jump every 10 tiles), and the queries weigh those dims
+    with |N(0, 1)| in even heads (a row's max rises by ~0.27 log2 units per tile and ~13 at each jump) and -|N(0, 1)|
+    in odd heads (logits that fall). The seesaw's lazy pass (exponentials against the running max, no row max) then
+    holds P values far above 1 and must fall back to the exact pass where a tile's sums outgrow its cap."""
+    case = gpu_case(rng, B, G, H, P, lens, dtype=dtype)
+    c_lat = np.asarray(case["c_lat"].astype(jnp.float32)).copy()
+    table = np.asarray(case["page_table"])
+    for b in range(B):
+        t = np.arange(int(np.asarray(case["bounds"])[b].max()))
+        c_lat[table[b, t // P], t % P, :64] += (0.05 * t / 64 + 2.5 * (t // 640))[:, None].astype(np.float32)
+    q_lat = np.asarray(case["q_lat"].astype(jnp.float32)).copy()
+    sign = np.where(np.arange(H) % 2 == 0, 1.0, -1.0)[None, None, :, None]
+    q_lat[..., :64] = sign * np.abs(q_lat[..., :64])
+    return dict(case, c_lat=jnp.asarray(c_lat, dtype), q_lat=jnp.asarray(q_lat, dtype))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("B,G,H,P,lens", [(2, 1, 128, 64, [64 * 40 + 17, 64 * 23]), (2, 4, 64, 64, [64 * 40, 1500]),
+                                           (3, 4, 16, 64, [64 * 40 + 5, 900, 64])])
+def test_gpu_contract_rising_max(B, G, H, P, lens, dtype, rng):
+    """The 16-bit seesaws (multicast at H=128, the others at H=64 / 16) on rising_case's logits, against the float64
+    oracle with the contract's tolerances."""
+    if jax.default_backend() != "gpu":
+        pytest.fail("the gpu-marked tests need a GPU backend")
+    case = rising_case(rng, B, G, H, P, lens, dtype=dtype)
+    o, lse = run(case, "ffi")
+    check(case, o, lse)
+
+
 @pytest.mark.parametrize("kv_dtype", ["bf16", "fp8_e4m3", "nvfp4"])
 def test_helix_mla_attention_routes_to_ffi(kv_dtype, rng):
     """helix_mla_attention(..., implementation="ffi") runs the CPU handler (float, fp8 or nvfp4 pages) per rank
