@@ -1123,13 +1123,20 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       // (SS: no registers held while it runs). Call with no wgmma in flight: acc is rescaled here (ptxas
       // would serialise every wgmma otherwise).
       auto other_pv = [&](int i) {
-        const float a0 = exp2f(m0 - (mo0 == -INFINITY ? 0.f : mo0));
-        const float a1 = exp2f(m1 - (mo1 == -INFINITY ? 0.f : mo1));
-        m0 = mo0;
-        m1 = mo1;
-        l0 *= a0;
-        l1 *= a1;
-        scale_acc(a0, a1, std::true_type{});
+        auto rescale = [&] {
+          const float a0 = exp2f(m0 - (mo0 == -INFINITY ? 0.f : mo0));
+          const float a1 = exp2f(m1 - (mo1 == -INFINITY ? 0.f : mo1));
+          m0 = mo0;
+          m1 = mo1;
+          l0 *= a0;
+          l1 *= a1;
+          scale_acc(a0, a1, std::true_type{});
+        };
+        // 16-bit tiles (attempt 87): where no row of the warp has a new max (the lazy pass keeps it for most tiles) nothing
+        // changes, so the factors' exponentials and the vote in scale_acc are skipped (m = -inf on both sides: acc and l
+        // are still 0).
+        if constexpr (kDec) rescale();
+        else if (!__all_sync(0xffffffffu, mo0 == m0 && mo1 == m1)) rescale();
         const uint32_t base = kb0 + ((kbase + i) & 1) * kSsTileBytes;
         const uint64_t dp = Desc(base + 8 * kBlockBytes, 16, 1024), dv = Desc(base + w * 4 * kBlockBytes, lbo, sbo);
         FenceRegs(acc);
@@ -1250,6 +1257,17 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
                                                        m1 != -INFINITY);
         float al0 = 1.f, al1 = 1.f, rs0, rs1;
         uint32_t pa[4][4];
+        // P_j into the tile's rope block for the other WG: stmatrix x4 writes this warp's 16 rows x 16 tokens per call
+        // (matrices: rows 0-7 / 8-15 of token chunks 2i and 2i + 1; lane l gives the address of row l & 7 of matrix l >> 3).
+        // The 16-bit seesaws store inside the loop below, before the lazy check: an exact pass after a failed check stores
+        // again, all before the barrier that publishes P_j.
+        auto store_p = [&] {
+          const uint32_t sPj = kb0 + buf * kSsTileBytes + 8 * kBlockBytes;
+          const int mrow = (wt >> 5) * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), mch = lane >> 4;
+  #pragma unroll
+          for (int i = 0; i < 4; ++i)
+            StMatrixX4(sPj + 2 * TileOff(mrow, 2 * i + mch), pa[i][0], pa[i][1], pa[i][2], pa[i][3]);
+        };
   #pragma unroll 1
         for (;;) {
           float mu0 = m0, mu1 = m1;
@@ -1264,28 +1282,39 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
             m0 = mn0;
             m1 = mn1;
           }
+          // Row sums as a tree (attempt 88; 3 dependent adds after the pairs instead of a chain of 8): they gate the lazy check.
+          float q0[8], q1[8];
           rs0 = 0.f, rs1 = 0.f;
   #pragma unroll
           for (int nt = 0; nt < 8; ++nt) {
             const float p0 = exp2f(fmaf(sc4[nt][0], sl2r0, -mu0)), p1 = exp2f(fmaf(sc4[nt][1], sl2r0, -mu0));
             const float p2 = exp2f(fmaf(sc4[nt][2], sl2r1, -mu1)), p3 = exp2f(fmaf(sc4[nt][3], sl2r1, -mu1));
-            rs0 += p0 + p1;
-            rs1 += p2 + p3;
+            if constexpr (kDec) {  // the decoding seesaws' registers: the chain
+              rs0 += p0 + p1;
+              rs1 += p2 + p3;
+            } else {
+              q0[nt] = p0 + p1;
+              q1[nt] = p2 + p3;
+            }
             pa[nt >> 1][(nt & 1) * 2 + 0] = Pack2<kMB>(p0, p1);
             pa[nt >> 1][(nt & 1) * 2 + 1] = Pack2<kMB>(p2, p3);
           }
+          if constexpr (!kDec) {
+  #pragma unroll
+            for (int w2 = 4; w2 >= 1; w2 >>= 1)
+  #pragma unroll
+              for (int i = 0; i < w2; ++i) {
+                q0[i] += q0[i + w2];
+                q1[i] += q1[i + w2];
+              }
+            rs0 = q0[0];
+            rs1 = q1[0];
+          }
+          if constexpr (!kDec) store_p();  // before the lazy check (attempt 88): the stores overlap it
           if (!lazy || __all_sync(0xffffffffu, rs0 <= kLazyCap && rs1 <= kLazyCap)) break;
           lazy = false;
         }
-        // P_j into the tile's rope block for the other WG: stmatrix x4 writes this warp's 16 rows x 16 tokens per call
-        // (matrices: rows 0-7 / 8-15 of token chunks 2i and 2i + 1; lane l gives the address of row l & 7 of matrix l >> 3).
-        {
-          const uint32_t sPj = kb0 + buf * kSsTileBytes + 8 * kBlockBytes;
-          const int mrow = (wt >> 5) * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), mch = lane >> 4;
-  #pragma unroll
-          for (int i = 0; i < 4; ++i)
-            StMatrixX4(sPj + 2 * TileOff(mrow, 2 * i + mch), pa[i][0], pa[i][1], pa[i][2], pa[i][3]);
-        }
+        if constexpr (kDec) store_p();
         if ((lane & 3) == 0) {
           sM[(j & 1) * 64 + lr0] = m0;
           sM[(j & 1) * 64 + lr1] = m1;
