@@ -12,7 +12,8 @@
 //                                  writes a locally normalised partial (o, lse) per segment.
 //   2. mla_combine    (B*G*H blocks) exact LSE-weighted merge of a sequence's segments into o / lse
 //                                  (mla_combine_wide, B*G*H x 4 blocks, where sequences have >= 4 segments
-//                                  on average, e.g. B = 1).
+//                                  on average, e.g. B = 1). The 16-bit seesaws write a sequence that one
+//                                  segment covers straight into o / lse (Params::o_out); the combine skips it.
 // Query rows = G*H folded (row r = g*H + h); each row is masked by its own token's bound.
 // Only slots < max_g bound of a sequence are read, only through its page table; zero-filled otherwise.
 //
@@ -429,6 +430,10 @@ struct Params {
   float* lse_part;         // [max_segs, GH]
   int B, G, H, GH, P, npp, N, cap;
   float scale_log2;
+  // The final outputs [B, GH, 512] / [B, GH] where a main kernel writes a sequence's rows itself when one segment covers
+  // it (the 16-bit seesaws; the combine then skips that sequence: LaunchCombine), else nullptr (every row via o_part).
+  uint16_t* o_out;
+  float* lse_out;
 };
 
 // Pool page of token t of sequence b, clamped into the pool (a stale table entry past a bound reads a valid page, never
@@ -1076,10 +1081,12 @@ __device__ __forceinline__ void MergeSegments(MergeState& st, const uint16_t* __
 // Exact merge of a sequence's segment partials; one 128-thread block per (b, row), 4 columns each.
 template <bool kBf16>
 __global__ void __launch_bounds__(128) mla_combine(const uint16_t* __restrict__ o_part, const float* __restrict__ lse_part,
-                                                    Sched s, int GH, uint16_t* __restrict__ o, float* __restrict__ lse) {
+                                                    Sched s, int GH, uint16_t* __restrict__ o, float* __restrict__ lse,
+                                                    int direct) {
   GridDepWait();  // the main kernel's partials
   const int b = blockIdx.x / GH, row = blockIdx.x % GH;
   const int2 bs = s.batch[b];
+  if (direct && bs.y == 1) return;  // the main kernel wrote this sequence's rows (Params::o_out)
   MergeState st;
   MergeSegments<kBf16>(st, o_part, lse_part, bs.x, bs.y, GH, row, threadIdx.x * 4, 0, 1);
   const float inv = st.sum > 0.f ? 1.f / st.sum : 0.f;
@@ -1097,7 +1104,8 @@ constexpr int kCombWarps = 8;
 template <bool kBf16>
 __global__ void __launch_bounds__(32 * kCombWarps) mla_combine_wide(const uint16_t* __restrict__ o_part,
                                                                     const float* __restrict__ lse_part, Sched s, int GH,
-                                                                    uint16_t* __restrict__ o, float* __restrict__ lse) {
+                                                                    uint16_t* __restrict__ o, float* __restrict__ lse,
+                                                                    int direct) {
   __shared__ float4 red[kCombWarps][32];
   __shared__ float red_m[kCombWarps], red_sum[kCombWarps];
   GridDepWait();  // the main kernel's partials
@@ -1105,6 +1113,7 @@ __global__ void __launch_bounds__(32 * kCombWarps) mla_combine_wide(const uint16
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int2 bs = s.batch[b];
   const int col = blockIdx.y * 128 + lane * 4;
+  if (direct && bs.y == 1) return;  // the main kernel wrote this sequence's rows (Params::o_out)
   MergeState st;
   MergeSegments<kBf16>(st, o_part, lse_part, bs.x, bs.y, GH, row, col, warp, kCombWarps);
   red[warp][lane] = st.acc;
@@ -1146,10 +1155,10 @@ void LaunchCombine(const Params& p, const Sched& s, int num_parts, int num_sms, 
                    int wide = -1) {
   if (wide < 0 ? CombineWide(p.B, p.GH, num_parts, num_sms) : wide)
     (void)LaunchKernel(mla_combine_wide<kBf16>, dim3((unsigned)(p.B * p.GH), 4), dim3(32 * kCombWarps), 0, stream, nullptr,
-                       (const uint16_t*)p.o_part, (const float*)p.lse_part, s, p.GH, o, lse);
+                       (const uint16_t*)p.o_part, (const float*)p.lse_part, s, p.GH, o, lse, (int)(p.o_out != nullptr));
   else
     (void)LaunchKernel(mla_combine<kBf16>, dim3((unsigned)(p.B * p.GH)), dim3(128), 0, stream, nullptr,
-                       (const uint16_t*)p.o_part, (const float*)p.lse_part, s, p.GH, o, lse);
+                       (const uint16_t*)p.o_part, (const float*)p.lse_part, s, p.GH, o, lse, (int)(p.o_out != nullptr));
 }
 
 #define HELIX_CUDA_CHECK(expr)                                                                      \
@@ -1718,6 +1727,12 @@ ffi::Error Launch(cudaStream_t stream, char* ws, const Params& base, int num_sms
           num_parts, SegCost(mid8s)};
   p.lse_part = reinterpret_cast<float*>(ws + l.lse);
   p.o_part = reinterpret_cast<uint16_t*>(ws + l.o);
+  p.o_out = nullptr;
+  p.lse_out = nullptr;
+  if (seesaw) {  // the 16-bit seesaws write a sequence covered by one segment straight into o / lse
+    p.o_out = o;
+    p.lse_out = lse;
+  }
   if (kFmt != kFmtNative && mode == kSmallQ8 && p.GH <= kSmRows) {  // the raw-tile kernel of the page format
     if constexpr (kFmt == kFmtFp8) {
       if (Fp8SF32(p.GH)) HELIX_CUDA_CHECK((LaunchMain<kBf16, kSmallQ8, kFmt, 512>(p, s, num_parts, mtiles, stream, qp)));

@@ -1283,7 +1283,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
             m1 = mn1;
           }
           // Row sums as a tree (attempt 88; 3 dependent adds after the pairs instead of a chain of 8): they gate the lazy check.
-          float q0[8], q1[8];
+          [[maybe_unused]] float q0[8], q1[8];  // (the decoding seesaws sum in the loop)
           rs0 = 0.f, rs1 = 0.f;
   #pragma unroll
           for (int nt = 0; nt < 8; ++nt) {
@@ -1700,11 +1700,17 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
       NamedBarSync(3, 256);
       const float L0 = sLs[lr0] + sLs[64 + lr0], L1 = sLs[lr1] + sLs[64 + lr1];
       const float inv0 = L0 > 0.f ? out_mul / L0 : 0.f, inv1 = L1 > 0.f ? out_mul / L1 : 0.f;
-      StPartRow<kBf16>(p.o_part + ((long long)si * p.GH + gr0) * kDl + w * 256, acc, 0, inv0, lane, gr0 < p.GH);
-      StPartRow<kBf16>(p.o_part + ((long long)si * p.GH + gr1) * kDl + w * 256, acc, 1, inv1, lane, gr1 < p.GH);
+      // A segment that starts at the sequence's first tile and reaches past its last is the sequence's only one: its
+      // rows are final, so they go straight into o / lse (Params::o_out, the combine skips the sequence) where the
+      // dispatch asked for it. The combine would compute the same bits (weight exp(0) = 1, o_i * 1 / 1).
+      const bool direct = p.o_out != nullptr && blk0 == 0 && (blk0 + n) * kTokTile >= SeqLen(p.bounds, b, p.G, p.cap);
+      uint16_t* const orow = direct ? p.o_out + (long long)b * p.GH * kDl : p.o_part + (long long)si * p.GH * kDl;
+      float* const lrow = direct ? p.lse_out + (long long)b * p.GH : p.lse_part + (long long)si * p.GH;
+      StPartRow<kBf16>(orow + (long long)gr0 * kDl + w * 256, acc, 0, inv0, lane, gr0 < p.GH);
+      StPartRow<kBf16>(orow + (long long)gr1 * kDl + w * 256, acc, 1, inv1, lane, gr1 < p.GH);
       if (w == 0 && (lane & 3) == 0) {
-        if (gr0 < p.GH) p.lse_part[(long long)si * p.GH + gr0] = L0 > 0.f ? (m0 + __log2f(L0)) * kLn2 : -INFINITY;
-        if (gr1 < p.GH) p.lse_part[(long long)si * p.GH + gr1] = L1 > 0.f ? (m1 + __log2f(L1)) * kLn2 : -INFINITY;
+        if (gr0 < p.GH) lrow[gr0] = L0 > 0.f ? (m0 + __log2f(L0)) * kLn2 : -INFINITY;
+        if (gr1 < p.GH) lrow[gr1] = L1 > 0.f ? (m1 + __log2f(L1)) * kLn2 : -INFINITY;
       }
       kbase += n;
       ++sc;
