@@ -25,3 +25,25 @@ ab_bench() {
     | cut -c1-200 >> "$log"
   return $rc
 }
+
+# ab_winner LOG: the library name (the NAME of `ab_bench NAME_rK ...`, without `_rK`) with the lowest summed ms over
+# the rows that hold steady between rounds: every B=16 row and H=128 G=1 at any B, H=16 rows left out (the B=64 G=4
+# rows move +-5 % with the power cap, the H=16 ones by less than the libraries differ). Prints nothing for a log
+# without bench rows. Use it to pick the library a run's final benchmark measures, e.g.
+#   W=$(ab_winner "$L"); D=$LIB_A; [ "$W" = b ] && D=$LIB_B
+ab_winner() {
+  python3 - "$1" <<'PY'
+import re, sys
+t, cur = {}, None
+for line in open(sys.argv[1]):
+    if line.startswith("=="):  # a bench header, or any other section (whose rows count for no library)
+        m = re.match(r"== bench (\w+?)_r\d", line)
+        cur = m.group(1) if m else None
+        continue
+    m = re.search(r" ms=([\d.]+)", line)
+    if m and cur and ("B=16 " in line or "G=1 H=128" in line) and " H=16" not in line:
+        t[cur] = t.get(cur, 0.0) + float(m.group(1))
+if t:
+    print(min(t, key=t.get))
+PY
+}
