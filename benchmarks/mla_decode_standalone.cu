@@ -851,6 +851,54 @@ int main(int argc, char** argv) {
     return 0;
   }
 #ifdef HELIX_SS_TRACE
+  if (argc > 1 && std::strcmp(argv[1], "spread") == 0) {
+    // Every CTA's start and end (globaltimer) in one call of the 16-bit seesaw (default load path), per shape: how far
+    // the CTAs' end times spread, i.e. what a perfectly balanced split would save (session 43).
+    struct Sh { int B, G, H; };
+    for (const Sh& sh : {Sh{64, 1, 128}, Sh{16, 1, 128}, Sh{16, 4, 128}, Sh{64, 4, 128}, Sh{64, 4, 64}}) {
+      Dev d = UploadTiming(sh.B, sh.G, sh.H, 64, 65536, scale);
+      for (int rep = 0; rep < 3; ++rep) {
+        static unsigned long long st[3][16 * kMaxParts];
+        static const unsigned long long zero[3][16 * kMaxParts] = {};
+        CK(cudaMemcpyToSymbol(g_ss_cta, zero, sizeof(zero)));
+        Run<kSeesaw>(d, QParams{}, 1);  // the main kernel alone
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpyFromSymbol(st, g_ss_cta, sizeof(st)));
+        std::vector<double> s0, e0;
+        unsigned long long t0 = ~0ull;
+        for (int i = 0; i < 16 * kMaxParts; ++i)
+          if (st[0][i] && st[1][i]) t0 = std::min(t0, st[0][i]);
+        for (int i = 0; i < 16 * kMaxParts; ++i)
+          if (st[0][i] && st[1][i]) s0.push_back((st[0][i] - t0) * 1e-3), e0.push_back((st[1][i] - t0) * 1e-3);
+        std::sort(s0.begin(), s0.end());
+        std::sort(e0.begin(), e0.end());
+        const size_t n = e0.size();
+        if (n == 0) { std::printf("spread B=%d G=%d H=%d: no stamps\n", sh.B, sh.G, sh.H); break; }
+        double mean = 0;
+        for (double e : e0) mean += e;
+        mean /= n;
+        std::printf("spread B=%d G=%d H=%d rep %d: %zu CTAs, start max %.1f us; end min %.1f p10 %.1f median %.1f mean %.1f p90 %.1f max "
+                    "%.1f us (max / mean %.4f)\n", sh.B, sh.G, sh.H, rep, n, s0.back(), e0[0], e0[n / 10], e0[n / 2], mean,
+                    e0[n * 9 / 10], e0[n - 1], e0[n - 1] / mean);
+        // the slowest and fastest CTAs: (part x, row tile y), SM, end
+        std::vector<std::pair<double, int>> ends;
+        for (int i = 0; i < 16 * kMaxParts; ++i)
+          if (st[0][i] && st[1][i]) ends.push_back({(st[1][i] - t0) * 1e-3, i});
+        std::sort(ends.begin(), ends.end());
+        std::printf("spread B=%d G=%d H=%d rep %d: slowest", sh.B, sh.G, sh.H, rep);
+        for (size_t j = ends.size(); j-- > 0 && j + 8 >= ends.size();)
+          std::printf(" (%d,%d) sm%llu %.1f", ends[j].second % kMaxParts, ends[j].second / kMaxParts, st[2][ends[j].second],
+                      ends[j].first);
+        std::printf("; fastest");
+        for (size_t j = 0; j < 4 && j < ends.size(); ++j)
+          std::printf(" (%d,%d) sm%llu %.1f", ends[j].second % kMaxParts, ends[j].second / kMaxParts, st[2][ends[j].second],
+                      ends[j].first);
+        std::printf("\n");
+      }
+      Free(d);
+    }
+    return 0;
+  }
   if (argc > 1 && std::strcmp(argv[1], "s8trace") == 0) {
     // Timeline of mla_mid_q8s (fast S; "s8trace one": one E4M3 term of Q) in CTA (0, 0) of a whole call, tiles 40..51, in
     // us from tile 40's step start:

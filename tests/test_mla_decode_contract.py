@@ -251,6 +251,8 @@ GPU_CASES = [
     # of 66 clusters) and 5, an odd count, without clusters (26 parts of 132 SMs)
     (2, 8, 128, 64, [20000, 3000]),
     (4, 5, 64, 64, [5000, 64, 1, 9000]),
+    # 132 parts over 490 tiles (up to ~67 segments per sequence) and 256 rows: mla_combine with 8 warps per row
+    (4, 4, 16, 64, [8192, 3000, 65, 20000]),
 ]
 
 

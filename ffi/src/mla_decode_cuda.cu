@@ -10,7 +10,7 @@
 //                                  sets of 4 warps), streams 64-token KV tiles through a cp.async double
 //                                  buffer, runs QK^T and PV on tensor cores (mma.sync m16n8k16) and
 //                                  writes a locally normalised partial (o, lse) per segment.
-//   2. mla_combine    (B*G*H blocks) exact LSE-weighted merge of a sequence's segments into o / lse
+//   2. mla_combine    (1-8 warps a row) exact LSE-weighted merge of a sequence's segments into o / lse
 //                                  (mla_combine_wide, B*G*H x 4 blocks, where sequences have >= 4 segments
 //                                  on average, e.g. B = 1). The 16-bit seesaws write a sequence that one
 //                                  segment covers straight into o / lse (Params::o_out); the combine skips it.
@@ -1078,23 +1078,142 @@ __device__ __forceinline__ void MergeSegments(MergeState& st, const uint16_t* __
   }
 }
 
-// Exact merge of a sequence's segment partials; one 128-thread block per (b, row), 4 columns each.
+// Exact merge of a sequence's segment partials: 2^wpr_log2 warps per (b, row) (one where sequences have a few segments,
+// up to 8 where they have many: CombWarpsPerRow), 16 columns per lane, four segments per step (two 16-byte loads each);
+// the row's warps take every 2^wpr_log2-th segment and merge their states through shared memory. Blocks of
+// kCombRowWarps warps, at most kCombBlocksPerSm per SM, walk the rows gridDim.x blocks apart. One 128-thread block per
+// row (the form before session 43) spent most of its time launching blocks: 6 us at B*G*H = 8192 rows where every block
+// returned at once (Params::o_out).
+constexpr int kCombRowWarps = 8, kCombBlocksPerSm = 3;
 template <bool kBf16>
-__global__ void __launch_bounds__(128) mla_combine(const uint16_t* __restrict__ o_part, const float* __restrict__ lse_part,
-                                                    Sched s, int GH, uint16_t* __restrict__ o, float* __restrict__ lse,
-                                                    int direct) {
+__device__ __forceinline__ void UnpackPartRow(const uint4 (&d)[2], float (&v)[16]) {
+  const uint32_t w[8] = {d[0].x, d[0].y, d[0].z, d[0].w, d[1].x, d[1].y, d[1].z, d[1].w};
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const float2 f = Unpack2<kBf16>(w[k]);
+    v[2 * k] = f.x;
+    v[2 * k + 1] = f.y;
+  }
+}
+template <bool kBf16>
+__global__ void __launch_bounds__(32 * kCombRowWarps, kCombBlocksPerSm)
+    mla_combine(const uint16_t* __restrict__ o_part, const float* __restrict__ lse_part, Sched s, int rows, int GH,
+                uint16_t* __restrict__ o, float* __restrict__ lse, int direct, int wpr_log2) {
+  __shared__ float red_acc[kCombRowWarps][16][33];  // [warp][column][lane] (+1: no bank conflicts)
+  __shared__ float red_m[kCombRowWarps], red_sum[kCombRowWarps];
   GridDepWait();  // the main kernel's partials
-  const int b = blockIdx.x / GH, row = blockIdx.x % GH;
-  const int2 bs = s.batch[b];
-  if (direct && bs.y == 1) return;  // the main kernel wrote this sequence's rows (Params::o_out)
-  MergeState st;
-  MergeSegments<kBf16>(st, o_part, lse_part, bs.x, bs.y, GH, row, threadIdx.x * 4, 0, 1);
-  const float inv = st.sum > 0.f ? 1.f / st.sum : 0.f;
-  const long long orow = (long long)b * GH + row;
-  uint32_t* dst = reinterpret_cast<uint32_t*>(o + orow * kDl + threadIdx.x * 4);
-  dst[0] = Pack2<kBf16>(st.acc.x * inv, st.acc.y * inv);
-  dst[1] = Pack2<kBf16>(st.acc.z * inv, st.acc.w * inv);
-  if (threadIdx.x == 0) lse[orow] = st.sum > 0.f ? st.m + __logf(st.sum) : -INFINITY;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, col = lane * 16;
+  const int wpr = 1 << wpr_log2, sub = warp & (wpr - 1), rows_per_block = kCombRowWarps >> wpr_log2;
+  const int groups = (rows + rows_per_block - 1) / rows_per_block;
+  // Segments sub, sub + wpr, ... of row `row` (segments bs.x .. bs.x + bs.y - 1) into (m, sum, acc).
+  auto merge = [&](int row, int2 bs, float& m, float& sum, float (&acc)[16]) {
+    for (int i = sub; i < bs.y; i += 4 * wpr) {
+      float l[4];
+      uint4 d[4][2];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {  // (warp-uniform predicates)
+        const int j = i + k * wpr;
+        l[k] = -INFINITY;
+        d[k][0] = d[k][1] = make_uint4(0u, 0u, 0u, 0u);
+        if (j < bs.y) {
+          const long long rr = (long long)(bs.x + j) * GH + row;
+          l[k] = lse_part[rr];
+          const uint4* src = reinterpret_cast<const uint4*>(o_part + rr * kDl + col);
+          d[k][0] = src[0];
+          d[k][1] = src[1];
+        }
+      }
+      const float mn = fmaxf(m, fmaxf(fmaxf(l[0], l[1]), fmaxf(l[2], l[3])));
+      if (!(mn > -INFINITY)) continue;  // nothing live yet (a dead partial's o is never read into acc)
+      const float a = __expf(m - mn);
+      sum *= a;
+#pragma unroll
+      for (int c = 0; c < 16; ++c) acc[c] *= a;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        if (!(l[k] > -INFINITY)) continue;
+        const float w = __expf(l[k] - mn);
+        float v[16];
+        UnpackPartRow<kBf16>(d[k], v);
+        sum += w;
+#pragma unroll
+        for (int c = 0; c < 16; ++c) acc[c] += w * v[c];
+      }
+      m = mn;
+    }
+  };
+  auto store = [&](int r, float m, float sum, const float (&acc)[16]) {
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    uint32_t w[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) w[k] = Pack2<kBf16>(acc[2 * k] * inv, acc[2 * k + 1] * inv);
+    uint4* dst = reinterpret_cast<uint4*>(o + (long long)r * kDl + col);
+    dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
+    if (lane == 0) lse[r] = sum > 0.f ? m + __logf(sum) : -INFINITY;
+  };
+  if (wpr == 1) {
+    // One warp per row, no barriers: lane k reads the segment range of the warp's k-th next row, and the warp walks
+    // only the rows that need a merge (a sequence the main kernel wrote itself costs one load shared by 32 rows).
+    for (int g0 = blockIdx.x; g0 < groups; g0 += 32 * gridDim.x) {
+      const int gk = g0 + lane * gridDim.x, rk = gk * kCombRowWarps + warp;
+      int2 bk = make_int2(0, 0);
+      bool need = false;
+      if (gk < groups && rk < rows) {
+        bk = s.batch[rk / GH];
+        need = !(direct && bk.y == 1);  // else the main kernel wrote this sequence's rows (Params::o_out)
+      }
+      for (uint32_t mask = __ballot_sync(0xffffffffu, need); mask != 0; mask &= mask - 1) {
+        const int k = __ffs(mask) - 1;
+        const int r = (g0 + k * gridDim.x) * kCombRowWarps + warp;
+        const int2 bs = make_int2(__shfl_sync(0xffffffffu, bk.x, k), __shfl_sync(0xffffffffu, bk.y, k));
+        float m = -INFINITY, sum = 0.f, acc[16];
+#pragma unroll
+        for (int c = 0; c < 16; ++c) acc[c] = 0.f;
+        merge(r % GH, bs, m, sum, acc);
+        store(r, m, sum, acc);
+      }
+    }
+    return;
+  }
+  for (int g = blockIdx.x; g < groups; g += gridDim.x) {  // block-uniform: every warp reaches the barriers
+    const int r = g * rows_per_block + (warp >> wpr_log2);
+    int2 bs = make_int2(0, 0);
+    bool live = r < rows;
+    if (live) {
+      bs = s.batch[r / GH];
+      live = !(direct && bs.y == 1);
+    }
+    float m = -INFINITY, sum = 0.f, acc[16];
+#pragma unroll
+    for (int c = 0; c < 16; ++c) acc[c] = 0.f;
+    if (live) merge(r % GH, bs, m, sum, acc);
+    // the row's other warps' states into its first warp
+    __syncthreads();  // the previous group's reads of red_* are done
+    if (sub != 0) {
+#pragma unroll
+      for (int c = 0; c < 16; ++c) red_acc[warp][c][lane] = acc[c];
+      if (lane == 0) red_m[warp] = m, red_sum[warp] = sum;
+    }
+    __syncthreads();
+    if (sub != 0 || !live) continue;
+    for (int k = 1; k < wpr; ++k) {
+      const float mk = red_m[warp + k];
+      if (!(mk > -INFINITY)) continue;  // a warp without a live segment
+      const float mn = fmaxf(m, mk), a = __expf(m - mn), ak = __expf(mk - mn);
+      sum = sum * a + red_sum[warp + k] * ak;
+#pragma unroll
+      for (int c = 0; c < 16; ++c) acc[c] = acc[c] * a + red_acc[warp + k][c][lane] * ak;
+      m = mn;
+    }
+    store(r, m, sum, acc);
+  }
+}
+
+// log2 of mla_combine's warps per row: about ceil(num_parts / B) + 1 segments per sequence, up to 4 per warp.
+inline int CombWarpsPerRowLog2(int B, int num_parts) {
+  const int segs = (num_parts + B - 1) / B + 1;
+  return segs <= 4 ? 0 : segs <= 8 ? 1 : segs <= 16 ? 2 : 3;
 }
 
 // The same merge, split wider for few long sequences (B = 1: ~66 segments per row, and the one-block-per-row
@@ -1157,8 +1276,13 @@ void LaunchCombine(const Params& p, const Sched& s, int num_parts, int num_sms, 
     (void)LaunchKernel(mla_combine_wide<kBf16>, dim3((unsigned)(p.B * p.GH), 4), dim3(32 * kCombWarps), 0, stream, nullptr,
                        (const uint16_t*)p.o_part, (const float*)p.lse_part, s, p.GH, o, lse, (int)(p.o_out != nullptr));
   else
-    (void)LaunchKernel(mla_combine<kBf16>, dim3((unsigned)(p.B * p.GH)), dim3(128), 0, stream, nullptr,
-                       (const uint16_t*)p.o_part, (const float*)p.lse_part, s, p.GH, o, lse, (int)(p.o_out != nullptr));
+  {
+    const int rows = p.B * p.GH, wl = CombWarpsPerRowLog2(p.B, num_parts);
+    const int groups = (rows + (kCombRowWarps >> wl) - 1) / (kCombRowWarps >> wl);
+    const int blocks = max(1, min(groups, num_sms * kCombBlocksPerSm));
+    (void)LaunchKernel(mla_combine<kBf16>, dim3((unsigned)blocks), dim3(32 * kCombRowWarps), 0, stream, nullptr,
+                       (const uint16_t*)p.o_part, (const float*)p.lse_part, s, rows, p.GH, o, lse, (int)(p.o_out != nullptr), wl);
+  }
 }
 
 #define HELIX_CUDA_CHECK(expr)                                                                      \

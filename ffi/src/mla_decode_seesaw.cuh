@@ -54,6 +54,26 @@ __device__ long long g_ss_trace[kTrEvents][kTrTiles];
   } while (0)
 #endif
 #define SS_TRACE(ev, k, cond) HELIX_TRACE_STAMP(g_ss_trace, ev, k, cond)
+// Per-CTA globaltimer stamps (ns, one clock for all SMs) of every CTA's start (its part planned) and end (both consumer
+// warpgroups done), and its SM, [3][row tile * kMaxParts + part], trace builds only: the spread of the CTAs' end times (session 43).
+#ifdef HELIX_SS_TRACE
+__device__ unsigned long long g_ss_cta[3][16 * kMaxParts];  // start, end, SM id
+__device__ __forceinline__ void SsCtaStamp(int e) {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  uint32_t sm;
+  asm volatile("mov.u32 %0, %%smid;\n" : "=r"(sm));
+  if (blockIdx.y < 16) g_ss_cta[e][blockIdx.y * kMaxParts + blockIdx.x] = t, g_ss_cta[2][blockIdx.y * kMaxParts + blockIdx.x] = sm;
+}
+#define SS_CTA_TRACE(e, cond) \
+  do {                        \
+    if (cond) SsCtaStamp(e);  \
+  } while (0)
+#else
+#define SS_CTA_TRACE(e, cond) \
+  do {                        \
+  } while (0)
+#endif
 
 constexpr int kSsThreads = 384;
 constexpr int kSsTileBytes = kTileElems * 2;  // 73728
@@ -689,6 +709,7 @@ template <bool kBf16, int kVar = 0, int kLoad = 0>
 __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, const __grid_constant__ SsMapsT<kLoad> maps,
                                                              QParams qp) {
   PlanThisPart(p, s);  // first: waits for the inputs (PDL); ptxas spilled more with anything live across it
+  SS_CTA_TRACE(0, threadIdx.x == 0);
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem);
@@ -1723,6 +1744,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
   } else {
     consumer(wg);
   }
+  SS_CTA_TRACE(1, threadIdx.x == 0);  // (thread 0 of consumer WG 0: both WGs passed the last segment's barrier)
 }
 
 }  // namespace
