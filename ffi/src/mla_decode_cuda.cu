@@ -1079,11 +1079,11 @@ __device__ __forceinline__ void MergeSegments(MergeState& st, const uint16_t* __
 }
 
 // Exact merge of a sequence's segment partials: 2^wpr_log2 warps per (b, row) (one where sequences have a few segments,
-// up to 8 where they have many: CombWarpsPerRow), 16 columns per lane, four segments per step (two 16-byte loads each);
-// the row's warps take every 2^wpr_log2-th segment and merge their states through shared memory. Blocks of
-// kCombRowWarps warps, at most kCombBlocksPerSm per SM, walk the rows gridDim.x blocks apart. One 128-thread block per
-// row (the form before session 43) spent most of its time launching blocks: 6 us at B*G*H = 8192 rows where every block
-// returned at once (Params::o_out).
+// up to 8 where they have many: CombWarpsPerRowLog2), 16 columns per lane, four segments per step (two 16-byte loads
+// each); the row's warps take every 2^wpr_log2-th segment and merge their states through shared memory. Blocks of
+// kCombRowWarps warps, at most kCombBlocksPerSm per SM, walk the rows gridDim.x blocks apart (one warp per row: by a
+// ballot over the rows that need a merge). One 128-thread block per row (the form before session 43) spent most of its
+// time launching blocks: 6 us at B*G*H = 8192 rows where every block returned at once (Params::o_out).
 constexpr int kCombRowWarps = 8, kCombBlocksPerSm = 3;
 template <bool kBf16>
 __device__ __forceinline__ void UnpackPartRow(const uint4 (&d)[2], float (&v)[16]) {
