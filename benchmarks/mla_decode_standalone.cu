@@ -463,6 +463,31 @@ int main(int argc, char** argv) {
         {2, 5, 16, 16, {3000, 70}},                   // G*H = 80: the second row tile has 16 rows; cp.async tiles
         {2, 4, 64, 128, {2500, 129}},                 // G*H = 256: four row tiles, 128-token pages
     };
+  if (argc > 1 && std::strcmp(argv[1], "combchk") == 0) {
+    // mla_combine with 8 / 4 / 2 / 1 warps a row (CombWarpsPerRowLog2 of the seesaw's parts), each case checked against
+    // the double reference; small enough for compute-sanitizer (--kernel-name regex:mla_combine) (session 43).
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const std::vector<CaseDef> cases = {
+        {4, 4, 16, 64, {2000, 700, 65, 3000}},                       // 1 row tile, 132 parts: 8 warps a row
+        {6, 1, 128, 64, {900, 1, 640, 2049, 300, 77}},               // 2 row tiles: 4 warps a row
+        {12, 1, 128, 64, {500, 64, 1000, 3, 700, 128, 129, 90, 400, 2000, 10, 260}},  // 2 warps a row
+        {40, 2, 64, 64, std::vector<int>(40, 150)},                  // 1 warp a row
+    };
+    bool all = true;
+    for (const CaseDef& cd : cases) {
+      Case c = MakeCase(cd.B, cd.G, cd.H, cd.P, cd.lens, 11);
+      Dev d = Upload(c, scale);
+      const int mtiles = (cd.G * cd.H + kRowsTile - 1) / kRowsTile;
+      const int parts = MainParts<true>(d.p, d.num_sms, mtiles, true);
+      std::printf("combchk B=%d G=%d H=%d: parts %d, %d warps a row, %s\n", cd.B, cd.G, cd.H, parts,
+                  1 << CombWarpsPerRowLog2(cd.B, parts), CombineWide(cd.B, cd.G * cd.H, parts, sms) ? "wide" : "narrow");
+      all &= RunChecked(c, d, scale, [&] { Run<kSeesaw>(d); });
+      Free(d);
+    }
+    std::printf("combchk: %s\n", all ? "all PASS" : "NOT ALL");
+    return all ? 0 : 1;
+  }
   if (argc > 1 && std::strcmp(argv[1], "comb") == 0) {  // the two combine kernels alone, per shape (L=64K, P=64)
     struct S { int B, G, H; };
     for (S sh : {S{1, 1, 128}, S{1, 4, 64}, S{1, 4, 16}, S{1, 1, 16}, S{4, 1, 128}, S{4, 4, 16}, S{8, 1, 16}, S{8, 1, 128},
