@@ -11,6 +11,9 @@
 //   m8rep V [N [ws|out|none]]: an fp8 mid kernel variant rerun N times on the ring-wrapping case, bitwise against the
 //     first run; a differing run is traced to the segments (and CTAs) whose partials differ
 //   load [H [path]]: only the timing shapes with this H, only this load path
+//   combchk: the combine at 8 / 4 / 2 / 1 warps a row on small cases, against the double reference (for compute-sanitizer
+//     with --kernel-name kns=mla_combine)
+//   spread (-DHELIX_SS_TRACE): every seesaw CTA's start / end (globaltimer) and SM in one call per shape, the slowest named
 // Quantized pages (fp8 / nvfp4, variants tile and pipe) are checked on random codes: the CPU reference
 // dequantizes them with the float32 formulas of helix_jax/quant.py, then runs the same double decode.
 #include "../ffi/src/mla_decode_cuda.cu"
