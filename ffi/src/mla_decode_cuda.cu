@@ -1105,6 +1105,8 @@ __global__ void __launch_bounds__(32 * kCombRowWarps, kCombBlocksPerSm)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, col = lane * 16;
   const int wpr = 1 << wpr_log2, sub = warp & (wpr - 1), rows_per_block = kCombRowWarps >> wpr_log2;
   const int groups = (rows + rows_per_block - 1) / rows_per_block;
+  // Whether a sequence's rows need a merge (else the main kernel wrote them itself: Params::o_out).
+  auto needs_merge = [&](int2 bs) { return !(direct && bs.y == 1); };
   // Segments sub, sub + wpr, ... of row `row` (segments bs.x .. bs.x + bs.y - 1) into (m, sum, acc).
   auto merge = [&](int row, int2 bs, float& m, float& sum, float (&acc)[16]) {
     for (int i = sub; i < bs.y; i += 4 * wpr) {
@@ -1161,7 +1163,7 @@ __global__ void __launch_bounds__(32 * kCombRowWarps, kCombBlocksPerSm)
       bool need = false;
       if (gk < groups && rk < rows) {
         bk = s.batch[rk / GH];
-        need = !(direct && bk.y == 1);  // else the main kernel wrote this sequence's rows (Params::o_out)
+        need = needs_merge(bk);
       }
       for (uint32_t mask = __ballot_sync(0xffffffffu, need); mask != 0; mask &= mask - 1) {
         const int k = __ffs(mask) - 1;
@@ -1182,7 +1184,7 @@ __global__ void __launch_bounds__(32 * kCombRowWarps, kCombBlocksPerSm)
     bool live = r < rows;
     if (live) {
       bs = s.batch[r / GH];
-      live = !(direct && bs.y == 1);
+      live = needs_merge(bs);
     }
     float m = -INFINITY, sum = 0.f, acc[16];
 #pragma unroll
