@@ -10,8 +10,8 @@
 // plus m_j in shared memory for the other WG (named-barrier hand-off), then multiplies its own P_j from
 // registers (RS wgmma) into its half of O. The other WG, once softmax_j is out, applies alpha_j =
 // exp(m_{j-1} - m_j) to its half and issues P_j V_j (SS wgmma) after the first part of its own S_{j+1} (the
-// blocks of its own V half) and before the rest (see own_tile). Each buffer is released by role: the owner's V half
-// (the owner alone reads it: released after its PV), the rope/P block and the non-owner's V half (after
+// first blocks of its own V half: kSsSplitQ) and before the rest (see own_tile). Each buffer is released by role:
+// the owner's V half (the owner alone reads it: released after its PV), the rope/P block and the non-owner's V half (after
 // both WGs are done with them); the producer refills a tile in the owner's S order (owner's V half, rope
 // block, the other half), so the next tile's S can start on its first blocks early. Softmax statistics:
 // both WGs apply every alpha_j in order; each sums the row sums
@@ -742,6 +742,13 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
   // warpgroup (attempt 76, benchmarks/NOTES.md session 36: +0.3-1.7 % at 4 row tiles; the G=1 seesaw and 8 row tiles
   // 0.6-0.8 % slower, so not everywhere; kLoad 2's copies spill).
   constexpr bool kStaticW = (kVar & 128) != 0;
+  // S_j's blocks issued before the other WG's PV_{j-1} (own_tile): 2 of its own V half in the 16-bit seesaws (attempt
+  // 92, benchmarks/NOTES.md session 44: 4 -> 3 -> 2 each 0.2-0.4 % faster on every H >= 64 row, 1 level, 0 2-3 %
+  // slower), the whole half (4) in the decoding ones. kSsLateArrive (attempt 93, 16-bit seesaws): the owner gives
+  // tile j's rope/P block and the other V half back after issuing its PV_j, not inside the S -> softmax -> PV chain
+  // (the non-owner's releases of both come later, after its PV_j, so no refill starts later; 0.2-0.3 %).
+  constexpr int kSsSplitQ = kDec ? 4 : 2;
+  constexpr bool kSsLateArrive = !kDec;
   static_assert(!kStaticW || (kPair && kLoad == 3), "one consumer copy per warpgroup: the multicast pair kernel");
   static_assert(!kStage || (kNv4 && (kVar & 4) == 0), "the staging slot: nvfp4 pages, no load-free probe");
   unsigned char* const stage = smem + kSsStageOff;  // (kStage only: the launch gives kSsSmemBytesStage)
@@ -1176,9 +1183,10 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
 
       // Own tile j (kOth: the other WG's tile j-1 is handled here too; every own tile but WG0's first).
       // Order: wait for this WG's PV_{j-2} and release its V half (role 0, the owner's alone); issue S_j on
-      // the own V half (refilled first: its data does not wait for the other WG); then, while that runs,
+      // the first kSsSplitQ blocks of the own V half (refilled first: its data does not wait for the other WG); then,
+      // while that runs,
       // wait for softmax_{j-1}, rescale by alpha_{j-1} and issue PV_{j-1} (SS, P_{j-1} from smem); issue the
-      // rest of S_j (rope + other half); release tile j-1 once PV_{j-1} is done (wait_group 1: the rest of
+      // rest of S_j (the own half's last blocks, rope, other half); release tile j-1 once PV_{j-1} is done (wait_group 1: the rest of
       // S_j may still run; releasing before issuing the rest was no faster, NOTES session 7 attempt 13);
       // after S_j: softmax_j, rescale by alpha_j, issue PV_j (RS, P_j from registers). S_j's first part
       // overlaps the other WG's softmax_{j-1} (benchmarks/NOTES.md, session 7).
@@ -1237,11 +1245,13 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
           WgWait0();
         } else {
           // S_j block by block as copies land: own V half, rope, other half (the order the producer refills them in; the
-          // other half is released last). The own V half (refilled first) is one commit group; the other WG's tile j-1 is
-          // taken while it runs: wait for softmax_{j-1}, issue PV_{j-1}, then the rest of S_j.
+          // other half is released last). The first kSsSplitQ blocks of the own V half (refilled first) are one commit
+          // group; the other WG's tile j-1 is taken while it runs: wait for softmax_{j-1}, issue PV_{j-1}, then the rest
+          // of S_j. Fewer blocks in front of PV_{j-1} let the other WG's PV, and with it the release of tile j-1, go
+          // earlier (attempt 92).
   #pragma unroll
           for (int q = 0; q < 9; ++q) {
-            if (q == 4) {
+            if (q == kSsSplitQ) {
               WgCommit();
               if constexpr (oth) {
                 other_fetch(j - 1);
@@ -1259,7 +1269,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         }
         FenceRegs(sc4);
         SS_TRACE(kTrSDone, k, wt == 0);
-        empty_arrive(buf, 2);  // S_j done: the non-owner's V half is not read by this WG again
+        if constexpr (!kSsLateArrive) empty_arrive(buf, 2);  // S_j done: the non-owner's V half is not read by this WG again
 
         // Softmax of tile j (log2 units), masked by each row's own bound. The max is taken on the raw logits (the factors
         // sl2r* are positive: softmax_scale > 0, checked by the API) and the factor folded into each exponent's FMA; the
@@ -1283,11 +1293,14 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         // The 16-bit seesaws store inside the loop below, before the lazy check: an exact pass after a failed check stores
         // again, all before the barrier that publishes P_j.
         auto store_p = [&] {
-          const uint32_t sPj = kb0 + buf * kSsTileBytes + 8 * kBlockBytes;
+          // Chunk 2i + mch of row mrow sits at swizzled chunk (mch ^ (mrow & 7)) ^ 2i (TileOff), and the buffers are
+          // 1024-byte aligned, so store i's address is store 0's with bits 5-6 flipped by i: one XOR each instead of
+          // the swizzle arithmetic per store, after S_j's wait (attempt 95, benchmarks/NOTES.md session 44).
+          static_assert(kSsTileBytes % 1024 == 0 && kBlockBytes % 1024 == 0, "P-store addresses: 1024-byte buffers");
           const int mrow = (wt >> 5) * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), mch = lane >> 4;
+          const uint32_t a0 = kb0 + buf * kSsTileBytes + 8 * kBlockBytes + 2 * TileOff(mrow, mch);
   #pragma unroll
-          for (int i = 0; i < 4; ++i)
-            StMatrixX4(sPj + 2 * TileOff(mrow, 2 * i + mch), pa[i][0], pa[i][1], pa[i][2], pa[i][3]);
+          for (int i = 0; i < 4; ++i) StMatrixX4(a0 ^ (32u * i), pa[i][0], pa[i][1], pa[i][2], pa[i][3]);
         };
   #pragma unroll 1
         for (;;) {
@@ -1343,7 +1356,7 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         FenceProxyAsync();                    // P_j stores (generic) -> the other WG's wgmma (async proxy)
         NamedBarArrive(1 + (j & 1), 256);     // softmax j published (P_j, m_j)
         SS_TRACE(kTrSmax, k, wt == 0);
-        empty_arrive(buf, 1);                 // this WG is done with the rope/P block of tile j
+        if constexpr (!kSsLateArrive) empty_arrive(buf, 1);  // this WG is done with the rope/P block of tile j
         if (lazy) {  // every factor is 1
           l0 += rs0;
           l1 += rs1;
@@ -1358,6 +1371,10 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         SS_TRACE(kTrPvIss, k, wt == 0);
         WgCommit();
         pend_own = j;
+        if constexpr (kSsLateArrive) {
+          empty_arrive(buf, 2);
+          empty_arrive(buf, 1);
+        }
       };
       if constexpr (kVar & 2) {  // probe: the load pipeline alone
         for (int jj = 0; jj < n; ++jj) {
