@@ -468,7 +468,7 @@ int main(int argc, char** argv) {
     };
   if (argc > 1 && std::strcmp(argv[1], "combchk") == 0) {
     // mla_combine with 8 / 4 / 2 / 1 warps a row (CombWarpsPerRowLog2 of the seesaw's parts), each case checked against
-    // the double reference; small enough for compute-sanitizer (--kernel-name regex:mla_combine) (session 43).
+    // the double reference; small enough for compute-sanitizer (--kernel-name kns=mla_combine) (session 43).
     int sms = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     const std::vector<CaseDef> cases = {
@@ -892,27 +892,26 @@ int main(int argc, char** argv) {
         Run<kSeesaw>(d, QParams{}, 1);  // the main kernel alone
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpyFromSymbol(st, g_ss_cta, sizeof(st)));
-        std::vector<double> s0, e0;
+        // Each stamped CTA's start (sorted) and (end, index), sorted by end, in us from the first start.
+        std::vector<double> s0;
+        std::vector<std::pair<double, int>> ends;
         unsigned long long t0 = ~0ull;
         for (int i = 0; i < 16 * kMaxParts; ++i)
           if (st[0][i] && st[1][i]) t0 = std::min(t0, st[0][i]);
         for (int i = 0; i < 16 * kMaxParts; ++i)
-          if (st[0][i] && st[1][i]) s0.push_back((st[0][i] - t0) * 1e-3), e0.push_back((st[1][i] - t0) * 1e-3);
+          if (st[0][i] && st[1][i]) s0.push_back((st[0][i] - t0) * 1e-3), ends.push_back({(st[1][i] - t0) * 1e-3, i});
         std::sort(s0.begin(), s0.end());
-        std::sort(e0.begin(), e0.end());
-        const size_t n = e0.size();
+        std::sort(ends.begin(), ends.end());
+        const size_t n = ends.size();
         if (n == 0) { std::printf("spread B=%d G=%d H=%d: no stamps\n", sh.B, sh.G, sh.H); break; }
+        std::vector<double> e0(n);
         double mean = 0;
-        for (double e : e0) mean += e;
+        for (size_t j = 0; j < n; ++j) mean += e0[j] = ends[j].first;
         mean /= n;
         std::printf("spread B=%d G=%d H=%d rep %d: %zu CTAs, start max %.1f us; end min %.1f p10 %.1f median %.1f mean %.1f p90 %.1f max "
                     "%.1f us (max / mean %.4f)\n", sh.B, sh.G, sh.H, rep, n, s0.back(), e0[0], e0[n / 10], e0[n / 2], mean,
                     e0[n * 9 / 10], e0[n - 1], e0[n - 1] / mean);
         // the slowest and fastest CTAs: (part x, row tile y), SM, end
-        std::vector<std::pair<double, int>> ends;
-        for (int i = 0; i < 16 * kMaxParts; ++i)
-          if (st[0][i] && st[1][i]) ends.push_back({(st[1][i] - t0) * 1e-3, i});
-        std::sort(ends.begin(), ends.end());
         std::printf("spread B=%d G=%d H=%d rep %d: slowest", sh.B, sh.G, sh.H, rep);
         for (size_t j = ends.size(); j-- > 0 && j + 8 >= ends.size();)
           std::printf(" (%d,%d) sm%llu %.1f", ends[j].second % kMaxParts, ends[j].second / kMaxParts, st[2][ends[j].second],

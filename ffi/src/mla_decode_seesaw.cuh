@@ -11,8 +11,8 @@
 // registers (RS wgmma) into its half of O. The other WG, once softmax_j is out, applies alpha_j =
 // exp(m_{j-1} - m_j) to its half and issues P_j V_j (SS wgmma) after the first part of its own S_{j+1} (the
 // first blocks of its own V half: kSsSplitQ) and before the rest (see own_tile). Each buffer is released by role:
-// the owner's V half (the owner alone reads it: released after its PV), the rope/P block and the non-owner's V half (after
-// both WGs are done with them); the producer refills a tile in the owner's S order (owner's V half, rope
+// the owner's V half (the owner alone reads it: released after its PV), the rope/P block and the non-owner's V half
+// (after both WGs are done with them); the producer refills a tile in the owner's S order (owner's V half, rope
 // block, the other half), so the next tile's S can start on its first blocks early. Softmax statistics:
 // both WGs apply every alpha_j in order; each sums the row sums
 // of the tiles it owns; L = l_0 + l_1 at the end of a segment.
@@ -1183,11 +1183,11 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
 
       // Own tile j (kOth: the other WG's tile j-1 is handled here too; every own tile but WG0's first).
       // Order: wait for this WG's PV_{j-2} and release its V half (role 0, the owner's alone); issue S_j on
-      // the first kSsSplitQ blocks of the own V half (refilled first: its data does not wait for the other WG); then,
-      // while that runs,
-      // wait for softmax_{j-1}, rescale by alpha_{j-1} and issue PV_{j-1} (SS, P_{j-1} from smem); issue the
-      // rest of S_j (the own half's last blocks, rope, other half); release tile j-1 once PV_{j-1} is done (wait_group 1: the rest of
-      // S_j may still run; releasing before issuing the rest was no faster, NOTES session 7 attempt 13);
+      // the first kSsSplitQ blocks of the own V half (refilled first: its data does not wait for the other WG);
+      // then, while that runs, wait for softmax_{j-1}, rescale by alpha_{j-1} and issue PV_{j-1} (SS, P_{j-1}
+      // from smem); issue the rest of S_j (the own half's last blocks, rope, other half); release tile j-1 once
+      // PV_{j-1} is done (wait_group 1: the rest of S_j may still run; releasing before issuing the rest was no
+      // faster, NOTES session 7 attempt 13);
       // after S_j: softmax_j, rescale by alpha_j, issue PV_j (RS, P_j from registers). S_j's first part
       // overlaps the other WG's softmax_{j-1} (benchmarks/NOTES.md, session 7).
       // kLoad 2 takes tile j-1 first where S_j's data is late (attempt 49, below). A compile-time flag, not a branch
@@ -1269,7 +1269,8 @@ __global__ void __launch_bounds__(kSsThreads, 1) mla_seesaw(Params p, Sched s, c
         }
         FenceRegs(sc4);
         SS_TRACE(kTrSDone, k, wt == 0);
-        if constexpr (!kSsLateArrive) empty_arrive(buf, 2);  // S_j done: the non-owner's V half is not read by this WG again
+        // S_j done: the non-owner's V half is not read by this WG again (kSsLateArrive: after PV_j's issue, below)
+        if constexpr (!kSsLateArrive) empty_arrive(buf, 2);
 
         // Softmax of tile j (log2 units), masked by each row's own bound. The max is taken on the raw logits (the factors
         // sl2r* are positive: softmax_scale > 0, checked by the API) and the factor folded into each exponent's FMA; the
